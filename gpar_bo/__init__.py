@@ -1,0 +1,1 @@
+"""gpar-bo: GPAR as a BoTorch model for Bayesian optimisation of training runs."""

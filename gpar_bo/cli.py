@@ -1,0 +1,25 @@
+"""The ``gpar-bo`` command line: one sub-command per job."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpar-bo",
+        description="GPAR for Bayesian optimisation of training runs.",
+    )
+    parser.add_subparsers(dest="command", required=True)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
