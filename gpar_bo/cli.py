@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from gpar_bo.mnist.cli import add_generate_parser
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpar-bo",
         description="GPAR for Bayesian optimisation of training runs.",
     )
-    parser.add_subparsers(dest="command", required=True)
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    add_generate_parser(subparsers)
     return parser
 
 

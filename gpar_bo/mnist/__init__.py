@@ -1,0 +1,34 @@
+"""The MNIST MLP learning-curve problem (section 5 of Requeima et al., 2019).
+
+* :mod:`gpar_bo.mnist.data`: embedded / IDX MNIST loading with a seeded split.
+* :mod:`gpar_bo.mnist.mlp`: the six-hyperparameter MLP objective with an epoch callback.
+* :mod:`gpar_bo.mnist.curves`: sampling the grid, resumable generation to CSV, and
+  :func:`load_curves` to get ``(X, Y)`` at chosen checkpoint epochs.
+"""
+
+from gpar_bo.mnist.data import MNISTData, load_mnist, read_idx, write_idx
+from gpar_bo.mnist.mlp import (
+    GRID,
+    HPARAM_NAMES,
+    PAPER_GRID,
+    MLPHyperparameters,
+    TrainResult,
+    batch_size_for,
+    build_mlp,
+    train_mlp,
+)
+
+__all__ = [
+    "GRID",
+    "HPARAM_NAMES",
+    "PAPER_GRID",
+    "MNISTData",
+    "MLPHyperparameters",
+    "TrainResult",
+    "batch_size_for",
+    "build_mlp",
+    "load_mnist",
+    "read_idx",
+    "train_mlp",
+    "write_idx",
+]
