@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -93,7 +94,17 @@ def test_resume_after_interruption(tmp_path: Path, tiny_data: MNISTData, caplog:
     # Running again is a no-op: nothing duplicated.
     assert generate_curves(path, 5, **kwargs) == 0
     assert len(path.read_text().splitlines()) == 6
-    assert len(__import__("json").loads(provenance_path(path).read_text())["runs"]) == 3
+    assert len(json.loads(provenance_path(path).read_text())["runs"]) == 3
+    # A last row cut inside its final number still parses, but lacks its newline: it
+    # is not trusted, and redone.
+    text = path.read_text()
+    path.write_text(text[:-3])
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="gpar_bo.mnist.curves"):
+        assert generate_curves(path, 5, **kwargs) == 1
+    assert "line 6 (no final newline)" in caplog.text
+    _, rows = read_curve_rows(path)
+    assert sorted(rows) == [0, 1, 2, 3, 4] and rows[4][9:] == ref_rows[4][9:]
 
 
 def test_resume_refuses_a_different_seed_or_corruption(tmp_path: Path, tiny_data: MNISTData) -> None:
@@ -130,6 +141,11 @@ def test_committed_data_sets_load(name: str, rows: int) -> None:
     if not path.exists():
         pytest.skip(f"{name} not generated")
     X, Y = load_curves(path)
-    assert Y.shape[1] == 5 and X.shape[1] == len(HPARAM_NAMES)
-    assert X.shape[0] <= rows and torch.isfinite(X).all()
+    prov = json.loads(provenance_path(path).read_text())
+    # The provenance note states the row count; a complete file has all its settings.
+    assert prov["n_settings"] == rows and X.shape[0] == prov["rows"]
+    assert prov["complete"] == (X.shape[0] == rows)
+    assert Y.shape[1] == 5 and X.shape[1] == len(HPARAM_NAMES) and torch.isfinite(X).all()
+    assert torch.equal(X, torch.tensor([hp.to_vector() for hp in sample_settings(X.shape[0], prov["seed"])],
+                                       dtype=torch.float64))
     assert ((Y >= 0) & (Y <= 1)).all()

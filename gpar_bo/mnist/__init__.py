@@ -6,6 +6,13 @@
   :func:`load_curves` to get ``(X, Y)`` at chosen checkpoint epochs.
 """
 
+from gpar_bo.mnist.curves import (
+    DEFAULT_CHECKPOINTS,
+    generate_curves,
+    load_curves,
+    read_curve_rows,
+    sample_settings,
+)
 from gpar_bo.mnist.data import MNISTData, load_mnist, read_idx, write_idx
 from gpar_bo.mnist.mlp import (
     GRID,
@@ -19,6 +26,7 @@ from gpar_bo.mnist.mlp import (
 )
 
 __all__ = [
+    "DEFAULT_CHECKPOINTS",
     "GRID",
     "HPARAM_NAMES",
     "PAPER_GRID",
@@ -27,8 +35,12 @@ __all__ = [
     "TrainResult",
     "batch_size_for",
     "build_mlp",
+    "generate_curves",
+    "load_curves",
     "load_mnist",
+    "read_curve_rows",
     "read_idx",
+    "sample_settings",
     "train_mlp",
     "write_idx",
 ]

