@@ -1,0 +1,97 @@
+"""Kernels of GPAR's conditionals: the families of table 2 of the paper.
+
+Conditional m sees the inputs ``(x, y_window)``: the ``d`` input columns first,
+then the earlier outputs it depends on. All columns arrive normalised to the
+unit cube. The first conditional (no earlier outputs) gets BoTorch's default
+``SingleTaskGP`` kernel, so a one-output GPAR is exactly a ``SingleTaskGP``.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from botorch.models.utils.gpytorch_modules import (
+    get_covar_module_with_dim_scaled_prior,
+)
+from gpytorch.kernels import AdditiveKernel, Kernel, LinearKernel, ScaleKernel
+from torch import Tensor
+
+
+class KernelFamily(str, Enum):
+    """How conditional m depends on the earlier outputs y (paper, table 2).
+
+    - ``L`` (GPAR-L): ``k_x(x) + k_linear(y)``; jointly Gaussian outputs.
+    - ``NL`` (GPAR-NL): ``k_x(x) + k_eq(y)``; nonlinear dependence on y.
+    - ``L_NL`` (GPAR-L-NL): ``k_x(x) + k_linear(y) + k_eq(y)``.
+    - ``NL_X`` (nonlinear, input-dependent): ``k_x(x) + k_eq((x, y))``; the
+      dependence on earlier outputs may vary with x.
+    """
+
+    L = "L"
+    NL = "NL"
+    L_NL = "L-NL"
+    NL_X = "NL-X"
+
+
+class DenseLinearKernel(LinearKernel):
+    """``LinearKernel`` that returns a dense matrix.
+
+    GPyTorch's linear kernel returns a low-rank operator; added to the dense
+    EQ terms, ``AdditiveKernel`` then takes a root decomposition (a jittered
+    Cholesky) of the dense part at every evaluation, which is slow and fails
+    for near-singular blocks. A dense result makes the sum a plain addition.
+    """
+
+    def forward(self, x1: Tensor, x2: Tensor, diag: bool = False, **params: Any) -> Tensor:
+        return super().forward(x1, x2, diag=diag, **params).to_dense()
+
+
+def conditional_kernel(
+    family: KernelFamily | str,
+    x_dims: int,
+    y_dims: int,
+    use_rbf_kernel: bool = True,
+) -> Kernel:
+    """Build the kernel of one GPAR conditional.
+
+    Args:
+        family: The kernel family (a ``KernelFamily`` or its value, e.g. "L-NL").
+        x_dims: Number of input dimensions ``d`` (columns ``0..d-1``).
+        y_dims: Number of earlier outputs the conditional sees (columns
+            ``d..d+y_dims-1``).
+        use_rbf_kernel: EQ (RBF) kernel on x if True (the paper's choice),
+            Matern-5/2 otherwise.
+
+    Returns:
+        A kernel over ``x_dims + y_dims`` columns with ARD length scales and
+        BoTorch's dimension-scaled length-scale priors.
+    """
+    family = KernelFamily(family)
+    x_cols = list(range(x_dims))
+    y_cols = list(range(x_dims, x_dims + y_dims))
+    if y_dims == 0:
+        return get_covar_module_with_dim_scaled_prior(
+            ard_num_dims=x_dims, use_rbf_kernel=use_rbf_kernel
+        )
+    k_x = get_covar_module_with_dim_scaled_prior(
+        ard_num_dims=x_dims, active_dims=x_cols, use_rbf_kernel=use_rbf_kernel
+    )
+    parts: list[Kernel] = [ScaleKernel(k_x)]
+    if family in (KernelFamily.L, KernelFamily.L_NL):
+        parts.append(DenseLinearKernel(ard_num_dims=y_dims, active_dims=y_cols))
+    if family in (KernelFamily.NL, KernelFamily.L_NL):
+        parts.append(
+            ScaleKernel(
+                get_covar_module_with_dim_scaled_prior(
+                    ard_num_dims=y_dims, active_dims=y_cols
+                )
+            )
+        )
+    if family is KernelFamily.NL_X:
+        parts.append(
+            ScaleKernel(
+                get_covar_module_with_dim_scaled_prior(ard_num_dims=x_dims + y_dims)
+            )
+        )
+    return AdditiveKernel(*parts)

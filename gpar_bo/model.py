@@ -1,0 +1,440 @@
+r"""GPAR as a BoTorch ``Model``.
+
+GPAR (Requeima et al., AISTATS 2019) factorises the outputs by the product
+rule, ``p(y_1..y_M | x) = prod_m p(y_m | y_1..y_{m-1}, x)``, and models each
+conditional with its own single-output GP whose inputs are ``x`` joined with
+the earlier outputs. For learning curves, output m is the validation error at
+checkpoint m; a run that stopped early contributes its observed prefix, and
+conditional m trains on the runs that reached checkpoint m. Learning is M
+decoupled GP regressions (``O(M N^3)``); prediction samples the conditionals
+in sequence (``GPARPosterior``).
+
+Example:
+    >>> model = GPARModel(train_X, train_Y, output_names=[1, 5, 11, 16, 21])
+    >>> fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model))
+    >>> samples = model.posterior(X).rsample(torch.Size([128]))  # 128 x b x q x 5
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import torch
+from botorch.acquisition.objective import (
+    PosteriorTransform,
+    ScalarizedPosteriorTransform,
+)
+from botorch.fit import fit_gpytorch_mll
+from botorch.models import SingleTaskGP
+from botorch.models.model import Model
+from botorch.models.transforms.input import Normalize
+from botorch.models.transforms.outcome import OutcomeTransform, Standardize
+from botorch.posteriors import Posterior
+from gpytorch.likelihoods import Likelihood
+from gpytorch.mlls import ExactMarginalLogLikelihood
+from torch import Tensor
+from torch.nn import ModuleList
+
+from gpar_bo.data import check_inputs, check_training_data, resolve_output_names
+from gpar_bo.kernels import KernelFamily, conditional_kernel
+from gpar_bo.posterior import GPARPosterior
+from gpar_bo.prediction import ConditionalPredictor
+
+
+class GPARModel(Model):
+    r"""Gaussian Process Autoregressive Regression over M ordered outputs.
+
+    Args:
+        train_X: An ``n x d`` tensor of training inputs.
+        train_Y: An ``n x M`` tensor of training outputs, NaN where a row has
+            not (yet) observed an output. Must be closed downwards (each row
+            observes a prefix of the outputs) unless ``impute=True``.
+        output_names: Optional names of the M outputs (e.g. checkpoint epochs).
+        kernel: The kernel family of table 2 of the paper: "L", "NL", "L-NL"
+            (default) or "NL-X" (see ``KernelFamily``).
+        markov: If given, conditional m sees only the last ``markov`` earlier
+            outputs; ``markov=0`` gives independent GPs (the IGP baseline).
+        impute: Allow data that is not closed downwards: missing earlier
+            outputs of a row are filled with the posterior mean of their
+            conditional, as in the paper (training becomes approximate).
+        denoise: D-GPAR: earlier outputs enter later conditionals as the
+            earlier conditionals' posterior means (latent values), in training
+            and in prediction, instead of the noisy observations.
+        use_rbf_kernel: EQ kernel on x (default) or Matern-5/2.
+        outcome_transform: An optional elementwise outcome transform applied
+            to ``train_Y`` before modelling (e.g. ``Log()`` for error rates);
+            the posterior is untransformed by sampling. Each conditional also
+            standardises its own targets.
+    """
+
+    def __init__(
+        self,
+        train_X: Tensor,
+        train_Y: Tensor,
+        output_names: Sequence[Hashable] | None = None,
+        kernel: KernelFamily | str = KernelFamily.L_NL,
+        markov: int | None = None,
+        impute: bool = False,
+        denoise: bool = False,
+        use_rbf_kernel: bool = True,
+        outcome_transform: OutcomeTransform | None = None,
+    ) -> None:
+        super().__init__()
+        observed = check_training_data(train_X, train_Y, impute=impute)
+        if markov is not None and markov < 0:
+            raise ValueError(f"markov must be None or >= 0; got {markov}.")
+        self.output_names = resolve_output_names(output_names, train_Y.shape[-1])
+        self.kernel_family = KernelFamily(kernel)
+        self.markov = markov
+        self.impute = impute
+        self.denoise = denoise
+        self.use_rbf_kernel = use_rbf_kernel
+        self.train_X = train_X
+        self.train_Y = train_Y
+        self.observed = observed
+        if outcome_transform is not None:
+            outcome_transform.train()
+            modelled_Y, _ = outcome_transform(train_Y)
+            if not torch.isfinite(modelled_Y[observed]).all():
+                raise ValueError(
+                    "The outcome transform gives non-finite values for observed "
+                    "outputs (e.g. Log of a non-positive error); GPAR needs an "
+                    "elementwise transform that is finite on the data."
+                )
+            outcome_transform.eval()
+            self.outcome_transform = outcome_transform
+        else:
+            modelled_Y = train_Y
+        self.modelled_Y = modelled_Y
+        # Values fed into later conditionals: observations, overwritten by
+        # posterior means where imputing or denoising.
+        self.fed_Y = modelled_Y.clone()
+        self.conditionals = ModuleList()
+        for m in range(self.num_outputs):
+            self.conditionals.append(self._build_conditional(m))
+            self._update_fed_values(m)
+
+    # ------------------------------------------------------------------ shape
+    @property
+    def num_outputs(self) -> int:
+        return self.train_Y.shape[-1]
+
+    @property
+    def batch_shape(self) -> torch.Size:
+        return torch.Size()
+
+    @property
+    def likelihood(self) -> Likelihood:
+        """The likelihood of the first conditional (for MLL constructors)."""
+        return self.conditionals[0].likelihood
+
+    def output_index(self, name: Hashable) -> int:
+        """The position of the output called ``name`` (e.g. an epoch)."""
+        try:
+            return self.output_names.index(name)
+        except ValueError:
+            raise ValueError(
+                f"Unknown output {name!r}; outputs are {self.output_names}."
+            ) from None
+
+    def window(self, m: int) -> list[int]:
+        """The earlier outputs conditional ``m`` sees."""
+        start = 0 if self.markov is None else max(0, m - self.markov)
+        return list(range(start, m))
+
+    # -------------------------------------------------------------- building
+    def _conditional_inputs(self, m: int, rows: Tensor | slice = slice(None)) -> Tensor:
+        return torch.cat([self.train_X[rows], self.fed_Y[rows][:, self.window(m)]], -1)
+
+    def _build_conditional(self, m: int, reuse: SingleTaskGP | None = None) -> SingleTaskGP:
+        """The GP of conditional ``m`` on the rows that observed output ``m``.
+
+        ``reuse`` keeps an existing conditional's modules (hyperparameters)
+        when only its inputs changed (imputed or denoised earlier outputs).
+        """
+        rows = self.observed[:, m]
+        inputs = self._conditional_inputs(m, rows)
+        targets = self.modelled_Y[rows, m : m + 1]
+        window = self.window(m)
+        if reuse is not None:
+            input_transform = reuse.input_transform
+            covar_module, likelihood = reuse.covar_module, reuse.likelihood
+            mean_module = reuse.mean_module
+        else:
+            input_transform = Normalize(
+                d=inputs.shape[-1], bounds=self._input_bounds(window)
+            )
+            covar_module = conditional_kernel(
+                self.kernel_family,
+                x_dims=self.train_X.shape[-1],
+                y_dims=len(window),
+                use_rbf_kernel=self.use_rbf_kernel,
+            )
+            likelihood = mean_module = None
+        gp = SingleTaskGP(
+            inputs,
+            targets,
+            likelihood=likelihood,
+            covar_module=covar_module,
+            mean_module=mean_module,
+            outcome_transform=Standardize(m=1),
+            input_transform=input_transform,
+        )
+        return gp.to(self.train_X)
+
+    def _input_bounds(self, window: list[int]) -> Tensor:
+        """Fixed normalisation bounds: the data range of x and of each output."""
+        columns = [self.train_X] + [
+            self.modelled_Y[self.observed[:, j], j : j + 1] for j in window
+        ]
+        lower = torch.cat([c.min(0).values for c in columns])
+        upper = torch.cat([c.max(0).values for c in columns])
+        # A constant column would divide by zero.
+        upper = torch.where(upper > lower, upper, lower + 1.0)
+        return torch.stack([lower, upper])
+
+    def _update_fed_values(self, m: int) -> None:
+        """Impute and/or denoise output ``m`` where later conditionals need it."""
+        # Rows whose value at output m enters a later conditional.
+        needed = self.observed[:, m:].any(-1) if self.impute else self.observed[:, m]
+        rows = needed if self.denoise else needed & ~self.observed[:, m]
+        if not rows.any():
+            return
+        gp = self.conditionals[m]
+        predictor = ConditionalPredictor(gp, self._conditional_inputs(m, self.observed[:, m]))
+        with torch.no_grad():
+            mean, _ = predictor(self._conditional_inputs(m, rows).unsqueeze(-2), joint=False)
+        self.fed_Y[rows, m] = mean.squeeze(-1)
+
+    # ---------------------------------------------------------------- fitting
+    def custom_fit(self, mll: Any = None, **kwargs: Any) -> Any:
+        """Fit the conditionals in order, each to its own marginal likelihood.
+
+        Called by ``botorch.fit.fit_gpytorch_mll`` (see
+        ``GPARMarginalLogLikelihood``). Each conditional is fitted with
+        ``fit_gpytorch_mll`` (L-BFGS-B), which retries from hyperparameters
+        resampled from their priors when a Cholesky factorisation fails. With
+        ``impute`` or ``denoise``, conditional m's inputs are rebuilt from the
+        already fitted conditionals 1..m-1 before it is fitted.
+
+        Keyword arguments (e.g. ``optimizer_kwargs``) go to every inner fit.
+        """
+        for m, gp in enumerate(self.conditionals):
+            if (self.impute or self.denoise) and m > 0:
+                gp = self._build_conditional(m, reuse=gp)
+                self.conditionals[m] = gp
+            try:
+                fit_gpytorch_mll(ExactMarginalLogLikelihood(gp.likelihood, gp), **kwargs)
+            except Exception as error:
+                raise RuntimeError(
+                    f"Fitting the conditional of output {self.output_names[m]!r} "
+                    f"failed: {error}"
+                ) from error
+            self._update_fed_values(m)
+        self.eval()
+        return mll
+
+    def conditional_log_evidences(self) -> Tensor:
+        r"""``log p(y_m | y_{<m}, x)`` of every conditional's training data.
+
+        In the units of the modelled outputs (after ``outcome_transform``, but
+        undoing each conditional's standardisation), without hyperpriors, so
+        they are comparable across output orderings.
+
+        Returns:
+            An ``M`` tensor; its sum is GPAR's total log evidence.
+        """
+        values = []
+        for gp in self.conditionals:
+            gp.train()
+            targets = gp.train_targets
+            with torch.no_grad():
+                marginal = gp.likelihood(gp(*gp.train_inputs))
+                value = marginal.log_prob(targets)
+            std = gp.outcome_transform.stdvs.squeeze()
+            values.append(value - len(targets) * std.log())
+            gp.eval()
+        return torch.stack(values)
+
+    def log_evidence(self) -> Tensor:
+        """GPAR's total log evidence: the sum over conditionals."""
+        return self.conditional_log_evidences().sum()
+
+    # ------------------------------------------------------------- posterior
+    def posterior(
+        self,
+        X: Tensor,
+        output_indices: list[int] | None = None,
+        observation_noise: bool | Tensor = False,
+        posterior_transform: PosteriorTransform | None = None,
+        **kwargs: Any,
+    ) -> Posterior:
+        r"""The GPAR posterior at ``X``.
+
+        Points of ``X`` that equal a training input (or a point added by
+        ``condition_on_observations``) use that run's observed outputs: its
+        earlier outputs enter later conditionals as observed, so a partially
+        finished run is judged by the prefix it has shown. If several training
+        rows share the input, the one with the longest observed prefix is used.
+
+        Args:
+            X: A ``batch_shape x q x d`` (or ``q x d``) tensor of inputs.
+            output_indices: The outputs to return (default: all).
+            observation_noise: If True, include each output's observation
+                noise (noise of earlier outputs always propagates, as GPAR's
+                conditionals are trained on noisy inputs).
+            posterior_transform: Applied to the posterior. A
+                ``ScalarizedPosteriorTransform`` (as Ax uses) is applied to the
+                samples; others are called on the ``GPARPosterior``.
+
+        Returns:
+            A ``GPARPosterior`` over ``batch_shape x q x m`` outputs.
+        """
+        check_inputs(X, d=self.train_X.shape[-1])
+        if torch.is_tensor(observation_noise):
+            raise NotImplementedError(
+                "GPARModel supports observation_noise=True/False, not given noise levels."
+            )
+        if kwargs:
+            raise TypeError(f"Unexpected arguments: {sorted(kwargs)}.")
+        indices = list(range(self.num_outputs)) if output_indices is None else list(output_indices)
+        unknown = [i for i in indices if not 0 <= i < self.num_outputs]
+        if unknown or not indices:
+            raise ValueError(
+                f"output_indices {indices} must be in [0, {self.num_outputs - 1}]."
+            )
+        self.eval()
+        needed = max(indices) + 1
+        predictors = [
+            ConditionalPredictor(self.conditionals[m], self._conditional_inputs(m, self.observed[:, m]))
+            for m in range(needed)
+        ]
+        prefix_values, prefix_mask = self._observed_prefix(X)
+        sample_transform, num_reported = self._sample_transform(
+            posterior_transform, len(indices)
+        )
+        posterior = GPARPosterior(
+            predictors=predictors,
+            windows=[self.window(m) for m in range(needed)],
+            X=X,
+            prefix_values=prefix_values,
+            prefix_mask=prefix_mask,
+            observation_noise=bool(observation_noise),
+            denoise=self.denoise,
+            output_indices=indices,
+            sample_transform=sample_transform,
+            num_reported=num_reported,
+        )
+        if posterior_transform is not None and not isinstance(
+            posterior_transform, ScalarizedPosteriorTransform
+        ):
+            return posterior_transform(posterior)
+        return posterior
+
+    def _sample_transform(
+        self, posterior_transform: PosteriorTransform | None, num_outputs: int
+    ) -> tuple[Any, int]:
+        """Outcome untransform, then scalarisation, as one map on samples."""
+        steps = []
+        if hasattr(self, "outcome_transform"):
+            steps.append(lambda s: self.outcome_transform.untransform(s)[0])
+        reported = num_outputs
+        if isinstance(posterior_transform, ScalarizedPosteriorTransform):
+            weights, offset = posterior_transform.weights, posterior_transform.offset
+            if len(weights) != num_outputs:
+                raise ValueError(
+                    f"Scalarisation has {len(weights)} weights for {num_outputs} outputs."
+                )
+            steps.append(lambda s: (s @ weights.to(s) + offset).unsqueeze(-1))
+            reported = 1
+        if not steps:
+            return None, reported
+
+        def transform(samples: Tensor) -> Tensor:
+            for step in steps:
+                samples = step(samples)
+            return samples
+
+        return transform, reported
+
+    def _observed_prefix(self, X: Tensor) -> tuple[Tensor, Tensor]:
+        """Observed values (to feed forward) of the training rows equal to X.
+
+        Returns:
+            ``batch_shape x q x M`` values and a bool mask of observed outputs.
+        """
+        matches = (X.detach().unsqueeze(-2) == self.train_X).all(-1)  # b x q x n
+        # Prefer the matching row with the most observed outputs.
+        lengths = self.observed.sum(-1).to(X)
+        score = torch.where(matches, lengths, -1.0)
+        best = score.argmax(-1)
+        mask = self.observed[best] & matches.any(-1, keepdim=True)
+        values = torch.where(mask, self.fed_Y[best], 0.0)
+        return values, mask
+
+    # ------------------------------------------------------------- new data
+    def condition_on_observations(self, X: Tensor, Y: Tensor, **kwargs: Any) -> GPARModel:
+        r"""A GPAR model with more (possibly partial) runs, same hyperparameters.
+
+        This is how a running or stopped trial's observed prefix enters the
+        model without refitting: its row is added to every conditional whose
+        output it observed, and ``posterior`` at its input then conditions on
+        the observed values.
+
+        Args:
+            X: An ``n' x d`` tensor of inputs.
+            Y: An ``n' x M`` tensor of outputs, NaN where not observed (closed
+                downwards unless the model imputes).
+
+        Returns:
+            A new ``GPARModel``; this model is unchanged.
+        """
+        check_inputs(X, d=self.train_X.shape[-1])
+        if Y.dim() != 2 or Y.shape[-1] != self.num_outputs:
+            raise ValueError(f"Y must be `n x {self.num_outputs}`; got {tuple(Y.shape)}.")
+        model = GPARModel(
+            torch.cat([self.train_X, X]),
+            torch.cat([self.train_Y, Y.to(self.train_Y)]),
+            output_names=self.output_names,
+            kernel=self.kernel_family,
+            markov=self.markov,
+            impute=self.impute,
+            denoise=self.denoise,
+            use_rbf_kernel=self.use_rbf_kernel,
+            outcome_transform=getattr(self, "outcome_transform", None),
+        )
+        # Keep the hyperparameters; the new model normalises its own data.
+        hyperparameters = {
+            k: v for k, v in self.state_dict().items() if "_transform." not in k
+        }
+        model.load_state_dict(hyperparameters, strict=False)
+        return model
+
+    def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> Any:
+        """Load hyperparameters, then recompute imputed/denoised inputs."""
+        result = super().load_state_dict(state_dict, strict=strict)
+        if self.impute or self.denoise:
+            self.fed_Y = self.modelled_Y.clone()
+            for m, gp in enumerate(self.conditionals):
+                if m > 0:
+                    self.conditionals[m] = self._build_conditional(m, reuse=gp)
+                self._update_fed_values(m)
+        return result
+
+
+class GPARMarginalLogLikelihood(torch.nn.Module):
+    """GPAR's total log evidence, and the handle BoTorch's fitting uses.
+
+    ``fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model))``
+    fits every conditional to its own marginal likelihood (decoupled, as in
+    the paper), through ``GPARModel.custom_fit``.
+    """
+
+    def __init__(self, likelihood: Likelihood | None, model: GPARModel) -> None:
+        super().__init__()
+        self.likelihood = likelihood
+        self.model = model
+
+    def forward(self) -> Tensor:
+        return self.model.log_evidence()

@@ -1,0 +1,199 @@
+"""GPARModel: data rules, fitting, evidence, variants."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from botorch.models import SingleTaskGP
+from botorch.models.transforms.outcome import Log
+from conftest import EPOCHS, fit, partial_curves
+
+from gpar_bo import GPARModel, KernelFamily
+from gpar_bo.test_problems import three_output_function
+
+NAN = float("nan")
+
+
+def _smse(prediction: torch.Tensor, truth: torch.Tensor) -> float:
+    return float(((prediction - truth) ** 2).mean() / truth.var())
+
+
+def test_single_output_matches_single_task_gp() -> None:
+    X = torch.rand(15, 2, dtype=torch.double, generator=torch.Generator().manual_seed(1))
+    Y = torch.sin(6 * X[:, :1]) + 0.1 * X[:, 1:]
+    model = fit(GPARModel(X, Y))
+    reference = SingleTaskGP(
+        X,
+        Y,
+        input_transform=model.conditionals[0].input_transform,
+    )
+    reference.load_state_dict(model.conditionals[0].state_dict())
+    reference.eval()
+    X_test = torch.rand(7, 1, 2, dtype=torch.double)
+    for noise in (False, True):
+        ours = model.posterior(X_test, observation_noise=noise)
+        theirs = reference.posterior(X_test, observation_noise=noise)
+        torch.testing.assert_close(ours.mean, theirs.mean, rtol=1e-8, atol=1e-10)
+        torch.testing.assert_close(ours.variance, theirs.variance, rtol=1e-7, atol=1e-10)
+
+
+def test_log_evidence_is_the_gaussian_marginal_likelihood() -> None:
+    X = torch.linspace(0, 1, 12, dtype=torch.double).unsqueeze(-1)
+    Y = torch.cos(5 * X) + 3.0
+    model = fit(GPARModel(X, Y))
+    gp = model.conditionals[0]
+    Z = gp.input_transform(X)
+    std = gp.outcome_transform.stdvs.squeeze()
+    covar = gp.covar_module(Z).to_dense() + gp.likelihood.noise * torch.eye(12)
+    mean = gp.outcome_transform.means.squeeze() + std * gp.mean_module(Z)
+    expected = torch.distributions.MultivariateNormal(mean, std**2 * covar).log_prob(
+        Y.squeeze(-1)
+    )
+    torch.testing.assert_close(model.log_evidence().detach(), expected.detach())
+
+
+def test_gpar_beats_independent_gps_on_the_paper_synthetic_problem() -> None:
+    wins = 0
+    x_test = torch.linspace(0, 1, 200, dtype=torch.double).unsqueeze(-1)
+    truth = three_output_function(x_test)[:, 2]
+    for seed in range(5):
+        generator = torch.Generator().manual_seed(seed)
+        x = torch.rand(30, 1, generator=generator, dtype=torch.double)
+        noise = math.sqrt(0.05) * torch.randn(30, 3, generator=generator, dtype=torch.double)
+        y = three_output_function(x) + noise
+        gpar = fit(GPARModel(x, y, kernel="L-NL"))
+        igp = fit(GPARModel(x, y, markov=0))
+        with torch.no_grad():
+            gpar_mean = gpar.posterior(x_test.unsqueeze(-2)).mean[:, 0, 2]
+            igp_mean = igp.posterior(x_test.unsqueeze(-2)).mean[:, 0, 2]
+        wins += _smse(gpar_mean, truth) < _smse(igp_mean, truth)
+    assert wins >= 4
+
+
+def test_conditionals_train_on_the_rows_that_reached_them() -> None:
+    X, Y = partial_curves()
+    model = GPARModel(X, Y, output_names=EPOCHS)
+    counts = [len(gp.train_targets) for gp in model.conditionals]
+    assert counts == (~Y.isnan()).sum(0).tolist()
+    # Conditional m sees x and all earlier outputs.
+    assert [gp.train_inputs[0].shape[-1] for gp in model.conditionals] == [2, 3, 4, 5, 6]
+    assert model.output_index(16) == 3
+
+
+def test_markov_window_and_independent_gps() -> None:
+    X, Y = partial_curves()
+    window = GPARModel(X, Y, markov=2)
+    assert [window.window(m) for m in range(5)] == [[], [0], [0, 1], [1, 2], [2, 3]]
+    independent = GPARModel(X, Y, markov=0)
+    assert all(gp.train_inputs[0].shape[-1] == 2 for gp in independent.conditionals)
+
+
+@pytest.mark.parametrize("family", list(KernelFamily))
+def test_every_kernel_family_fits_and_predicts(family: KernelFamily) -> None:
+    X, Y = partial_curves(n=25)
+    model = fit(GPARModel(X, Y, kernel=family))
+    posterior = model.posterior(torch.rand(3, 1, 2, dtype=torch.double))
+    assert torch.isfinite(posterior.mean).all()
+    assert (posterior.variance > 0).all()
+
+
+def test_impute_fills_gaps_with_the_posterior_mean() -> None:
+    X, Y = partial_curves(n=30)
+    Y[3, 1] = NAN  # row 3 skips output 1 but observes output 2
+    with pytest.raises(ValueError, match=r"not closed downwards: rows 3"):
+        GPARModel(X, Y)
+    model = fit(GPARModel(X, Y, impute=True))
+    imputed = model.fed_Y[3, 1]
+    assert torch.isfinite(imputed)
+    inputs = torch.cat([X[3:4], Y[3:4, :1]], -1).unsqueeze(0)  # 1 x 1 x 3
+    expected = model.conditionals[1].posterior(inputs).mean.squeeze()
+    torch.testing.assert_close(imputed, expected)
+    # Output 1's own conditional still trains only on observed values.
+    assert len(model.conditionals[1].train_targets) == int((~Y[:, 1].isnan()).sum())
+
+
+def test_denoise_feeds_posterior_means_forward() -> None:
+    X, Y = partial_curves(n=30)
+    model = fit(GPARModel(X, Y, denoise=True))
+    observed = ~Y[:, 0].isnan()
+    fed = model.fed_Y[observed, 0]
+    expected = model.conditionals[0].posterior(X[observed].unsqueeze(-2)).mean.squeeze()
+    torch.testing.assert_close(fed, expected)
+    assert not torch.allclose(fed, Y[observed, 0])
+    # Conditional 1 trains on the denoised values, not the observations.
+    torch.testing.assert_close(
+        model.conditionals[1].input_transform.untransform(model.conditionals[1].train_inputs[0])[:, 2],
+        model.fed_Y[~Y[:, 1].isnan(), 0],
+    )
+
+
+def test_state_dict_round_trip_reproduces_predictions() -> None:
+    X, Y = partial_curves(n=30)
+    for options in ({}, {"denoise": True}):
+        model = fit(GPARModel(X, Y, **options))
+        copy = GPARModel(X, Y, **options)
+        copy.load_state_dict(model.state_dict())
+        X_test = torch.rand(4, 2, 2, dtype=torch.double)
+        torch.testing.assert_close(copy.posterior(X_test).mean, model.posterior(X_test).mean)
+
+
+def test_log_outcome_transform_gives_positive_samples() -> None:
+    X, Y = partial_curves(n=30)
+    model = fit(GPARModel(X, Y, outcome_transform=Log()))
+    samples = model.posterior(torch.rand(5, 1, 2, dtype=torch.double)).rsample(torch.Size([64]))
+    assert (samples > 0).all()
+    with pytest.raises(ValueError, match="non-finite"):
+        GPARModel(X, Y - 1.0, outcome_transform=Log())
+
+
+def test_condition_on_observations_adds_rows_without_refitting(curve_model: GPARModel) -> None:
+    x_new = torch.tensor([[0.5, 0.5]], dtype=torch.double)
+    y_new = torch.tensor([[0.8, 0.3, NAN, NAN, NAN]], dtype=torch.double)
+    conditioned = curve_model.condition_on_observations(x_new, y_new)
+    assert len(conditioned.conditionals[1].train_targets) == len(
+        curve_model.conditionals[1].train_targets
+    ) + 1
+    assert len(conditioned.conditionals[2].train_targets) == len(
+        curve_model.conditionals[2].train_targets
+    )
+    for old, new in zip(curve_model.conditionals, conditioned.conditionals):
+        torch.testing.assert_close(old.likelihood.noise, new.likelihood.noise)
+
+
+# ---------------------------------------------------------------- bad input
+@pytest.mark.parametrize(
+    ("X", "Y", "message"),
+    [
+        (torch.full((4, 1), NAN), torch.ones(4, 2), "train_X contains NaN"),
+        (torch.ones(4, 1), torch.ones(3, 2), "4 rows but train_Y has 3"),
+        (torch.ones(4), torch.ones(4, 2), "train_X must have shape"),
+        (torch.ones(4, 1), torch.tensor([[1.0, float("inf")]] * 4), "infinite"),
+        (torch.ones(4, 1), torch.tensor([[1.0, NAN]] * 4), "Output 1 has 0 observation"),
+        (torch.ones(4, 1), torch.tensor([[1.0, 2.0]] + [[1.0, NAN]] * 3), "Output 1 has 1"),
+        (torch.ones(4, 1), torch.tensor([[NAN, NAN]] + [[1.0, 2.0]] * 3), "Rows 0 .* no observed"),
+        (
+            torch.rand(4, 1),
+            torch.tensor([[1.0, 2.0], [NAN, 2.0], [1.0, 2.0], [2.0, NAN]]),
+            "not closed downwards: rows 1",
+        ),
+    ],
+)
+def test_bad_training_data_is_rejected(X: torch.Tensor, Y: torch.Tensor, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        GPARModel(X.double(), Y.double())
+
+
+def test_bad_options_and_names_are_rejected() -> None:
+    X, Y = partial_curves(n=20)
+    with pytest.raises(ValueError, match="markov"):
+        GPARModel(X, Y, markov=-1)
+    with pytest.raises(ValueError, match="unique"):
+        GPARModel(X, Y, output_names=[1, 1, 2, 3, 4])
+    with pytest.raises(ValueError, match="3 output names for 5"):
+        GPARModel(X, Y, output_names=[1, 2, 3])
+    with pytest.raises(ValueError):
+        GPARModel(X, Y, kernel="cubic")
+    with pytest.raises(ValueError, match="Unknown output 7"):
+        GPARModel(X, Y, output_names=EPOCHS).output_index(7)

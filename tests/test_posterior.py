@@ -1,0 +1,167 @@
+"""GPARPosterior: sequential sampling, moments, prefixes, samplers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from botorch.acquisition.objective import ScalarizedPosteriorTransform
+from botorch.sampling.get_sampler import get_sampler
+from botorch.sampling.normal import IIDNormalSampler, SobolQMCNormalSampler
+from conftest import fit
+
+from gpar_bo import GPARModel, GPARPosterior
+
+NAN = float("nan")
+
+
+@pytest.fixture(scope="module")
+def linear_model() -> GPARModel:
+    """y2 depends linearly on y1: GPAR-L's conditional 2 is linear in y1."""
+    torch.set_num_threads(1)
+    generator = torch.Generator().manual_seed(3)
+    X = torch.rand(25, 1, generator=generator, dtype=torch.double)
+    y1 = torch.sin(6 * X) + 0.1 * torch.randn(25, 1, generator=generator, dtype=torch.double)
+    y2 = 2.0 * y1 + X + 0.05 * torch.randn(25, 1, generator=generator, dtype=torch.double)
+    return fit(GPARModel(X, torch.cat([y1, y2], -1), kernel="L"))
+
+
+def test_output_two_moments_match_the_closed_form(linear_model: GPARModel) -> None:
+    x = torch.tensor([[[0.37]]], dtype=torch.double)
+    posterior = linear_model.posterior(x)
+    first, second = posterior.predictors
+    mu1, var1 = (t.squeeze() for t in first(x, joint=False))
+    var_y1 = var1 + first.noise  # GPAR feeds the noisy y1 forward
+
+    # Conditional 2 at (x, y1): its mean is affine and its variance quadratic
+    # in y1, so three evaluations give both exactly.
+    grid = torch.tensor([-1.0, 0.0, 1.0], dtype=torch.double)
+    Z = torch.cat([x.expand(3, 1, 1), grid.view(3, 1, 1)], -1)
+    means, variances = (t.squeeze(-1) for t in second(Z, joint=False))
+    slope = (means[2] - means[0]) / 2
+    c0, c1, c2 = variances[1], (variances[2] - variances[0]) / 2, (variances[2] + variances[0]) / 2 - variances[1]
+    halfway = torch.cat([x, torch.full_like(x, 0.5)], -1)
+    torch.testing.assert_close(means[1] + slope * 0.5, second(halfway, joint=False)[0].squeeze())
+
+    expected_mean = means[1] + slope * mu1
+    expected_var = c0 + c1 * mu1 + c2 * (mu1**2 + var_y1) + slope**2 * var_y1
+
+    samples = posterior.rsample(torch.Size([40000]))[..., 1].flatten()
+    standard_error = (expected_var / 40000) ** 0.5
+    assert abs(samples.mean() - expected_mean) < 4 * standard_error
+    assert abs(samples.var() / expected_var - 1) < 0.05
+    # The Rao-Blackwellised moments use 256 quasi-random paths.
+    rb_error = float((expected_var / 256) ** 0.5)
+    assert abs(posterior.mean[0, 0, 1] - expected_mean) < 4 * rb_error
+    assert abs(posterior.variance[0, 0, 1] / expected_var - 1) < 0.05
+    # Output 1 is exact.
+    torch.testing.assert_close(posterior.mean[0, 0, 0], mu1)
+    torch.testing.assert_close(posterior.variance[0, 0, 0], var1)
+
+
+def test_shapes_for_batched_inputs(curve_model: GPARModel) -> None:
+    X = torch.rand(4, 3, 2, dtype=torch.double)
+    posterior = curve_model.posterior(X)
+    assert isinstance(posterior, GPARPosterior)
+    assert posterior.base_sample_shape == torch.Size([4, 3, 5])
+    assert posterior.rsample(torch.Size([7])).shape == torch.Size([7, 4, 3, 5])
+    assert posterior.mean.shape == posterior.variance.shape == torch.Size([4, 3, 5])
+    unbatched = curve_model.posterior(X[0], output_indices=[4])
+    assert unbatched.rsample(torch.Size([2, 6])).shape == torch.Size([2, 6, 3, 1])
+    assert unbatched.mean.shape == torch.Size([3, 1])
+
+
+def test_fixed_base_samples_give_identical_samples(curve_model: GPARModel) -> None:
+    X = torch.rand(2, 3, 2, dtype=torch.double)
+    posterior = curve_model.posterior(X)
+    sampler = get_sampler(posterior, torch.Size([16]), seed=5)
+    assert isinstance(sampler, SobolQMCNormalSampler)
+    first = sampler(posterior)
+    again = sampler(curve_model.posterior(X))
+    assert torch.equal(first, again)
+    iid = IIDNormalSampler(sample_shape=torch.Size([16]), seed=5)
+    assert torch.equal(iid(posterior), iid(curve_model.posterior(X)))
+    assert not torch.equal(iid(posterior), first)
+    # A candidate's samples do not depend on its position in the t-batch.
+    swapped = sampler(curve_model.posterior(X.flip(0)))
+    torch.testing.assert_close(swapped.flip(1), first)
+
+
+def test_gradients_reach_the_inputs(curve_model: GPARModel) -> None:
+    X = torch.rand(3, 2, 2, dtype=torch.double, requires_grad=True)
+    posterior = curve_model.posterior(X)
+    samples = get_sampler(posterior, torch.Size([32]), seed=0)(posterior)
+    samples[..., -1].sum().backward()
+    assert torch.isfinite(X.grad).all() and (X.grad.abs() > 0).all()
+    X.grad = None
+    curve_model.posterior(X).mean[..., -1].sum().backward()
+    assert torch.isfinite(X.grad).all() and (X.grad.abs() > 0).all()
+
+
+def test_output_indices_and_observation_noise(curve_model: GPARModel) -> None:
+    X = torch.rand(5, 1, 2, dtype=torch.double)
+    full = curve_model.posterior(X)
+    last = curve_model.posterior(X, output_indices=[4, 0])
+    torch.testing.assert_close(last.mean, full.mean[..., [4, 0]])
+    noisy = curve_model.posterior(X, observation_noise=True)
+    noise = torch.stack([p.noise for p in noisy.predictors])
+    torch.testing.assert_close(noisy.variance - full.variance, noise.expand(5, 1, 5), rtol=0.05, atol=1e-9)
+    with pytest.raises(ValueError, match="output_indices"):
+        curve_model.posterior(X, output_indices=[5])
+
+
+def test_scalarized_posterior_transform(curve_model: GPARModel) -> None:
+    X = torch.rand(5, 2, 2, dtype=torch.double)
+    weights = torch.tensor([0.0, 0.0, 0.0, 0.0, -1.0], dtype=torch.double)
+    posterior = curve_model.posterior(X, posterior_transform=ScalarizedPosteriorTransform(weights))
+    plain = curve_model.posterior(X)
+    base = torch.randn(8, 1, 2, 5, dtype=torch.double)
+    torch.testing.assert_close(
+        posterior.rsample_from_base_samples(torch.Size([8]), base),
+        -plain.rsample_from_base_samples(torch.Size([8]), base)[..., 4:],
+    )
+    assert posterior.mean.shape == torch.Size([5, 2, 1])
+    torch.testing.assert_close(posterior.mean, -plain.mean[..., 4:], rtol=0.02, atol=1e-3)
+    with pytest.raises(ValueError, match="2 weights for 5 outputs"):
+        curve_model.posterior(X, posterior_transform=ScalarizedPosteriorTransform(weights[:2]))
+
+
+def test_prefix_conditioning_moves_the_final_prediction(curve_model: GPARModel) -> None:
+    x = torch.tensor([[0.35, 0.65]], dtype=torch.double)  # near the optimum
+    good = torch.tensor([[0.66, 0.22, NAN, NAN, NAN]], dtype=torch.double)
+    bad = torch.tensor([[0.9, 0.6, NAN, NAN, NAN]], dtype=torch.double)
+    final = []
+    for prefix in (good, bad):
+        model = curve_model.condition_on_observations(x, prefix)
+        posterior = model.posterior(x.unsqueeze(0))
+        # The observed outputs are fed forward: output 2 sees exactly them.
+        assert posterior.prefix_mask[0, 0].tolist() == [True, True, False, False, False]
+        final.append(posterior.mean[0, 0, 4])
+    assert final[1] > final[0] + 0.1
+    # A point that was never observed is not conditioned on anything.
+    fresh = curve_model.posterior(x.unsqueeze(0) + 1e-3)
+    assert not fresh.prefix_mask.any()
+
+
+def test_training_configurations_use_their_observed_prefix(curve_model: GPARModel) -> None:
+    X = curve_model.train_X[:4].unsqueeze(0)
+    posterior = curve_model.posterior(X)
+    torch.testing.assert_close(posterior.prefix_mask[0], curve_model.observed[:4])
+    # Output 2 of a run that observed outputs 0 and 1 has exact moments.
+    row = int(((curve_model.observed.sum(-1) == 2).nonzero()[0]))
+    posterior = curve_model.posterior(curve_model.train_X[row].view(1, 1, -1))
+    predictor = posterior.predictors[2]
+    Z = torch.cat([curve_model.train_X[row], curve_model.train_Y[row, :2]]).view(1, 1, -1)
+    mean, var = predictor(Z, joint=False)
+    torch.testing.assert_close(posterior.mean[0, 0, 2], mean.squeeze())
+    torch.testing.assert_close(posterior.variance[0, 0, 2], var.squeeze())
+
+
+def test_bad_posterior_inputs(curve_model: GPARModel) -> None:
+    with pytest.raises(ValueError, match="X contains NaN"):
+        curve_model.posterior(torch.full((1, 2), NAN, dtype=torch.double))
+    with pytest.raises(ValueError, match="3 input dimensions; the model was trained on 2"):
+        curve_model.posterior(torch.rand(1, 3, dtype=torch.double))
+    with pytest.raises(NotImplementedError, match="observation_noise"):
+        curve_model.posterior(torch.rand(1, 2, dtype=torch.double), observation_noise=torch.ones(1))
+    with pytest.raises(ValueError, match="Y must be"):
+        curve_model.condition_on_observations(torch.rand(1, 2, dtype=torch.double), torch.ones(1, 3))
