@@ -1,0 +1,444 @@
+r"""GPAR inside Ax's modular BoTorch generator, and the generation strategy factory.
+
+Ax hands a BoTorch model one ``SupervisedDataset`` per metric. With learning-curve
+data (``Data`` with a ``step`` column, loaded with
+``DataLoaderConfig(latest_rows_per_group=None)``) each row is one checkpoint of one
+run: ``X = [parameters..., step]``, ``Y = [value]``. Ax rescales ``step`` to [0, 1]
+per metric, using the smallest and largest step in the data. ``GPARCurveModel``
+undoes this: it maps each row's rescaled step back to a checkpoint index, checks
+the result against the declared checkpoints, pivots the rows into GPAR's
+``runs x checkpoints`` layout (NaN after a run's last checkpoint) and fits a
+``GPARModel`` on it. Running and early-stopped trials thus enter as prefixes.
+
+Queries carry a ``step`` column too; Ax fixes it to 1 (the largest step) when it
+generates candidates, which is the final checkpoint once runs have reached it. The
+model only fits when at least two runs have reached the final checkpoint, so the
+acquisition always targets the final checkpoint: GPAR cannot extrapolate to an
+output it has never observed, so before that the factory keeps generating Sobol
+points (see ``gpar_generation_strategy``).
+
+Importing this module registers ``GPARCurveModel`` with Ax's fitting dispatcher
+and with Ax's JSON/SQL storage registries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from ax.adapter.registry import MBM_X_trans, Generators
+from ax.adapter.transforms.standardize_y import StandardizeY
+from ax.core.data import MAP_KEY
+from ax.core.data_utils import DataLoaderConfig
+from ax.core.experiment_status import ExperimentStatus
+from ax.core.trial_status import TrialStatus
+from ax.generation_strategy.generation_node import GenerationNode
+from ax.generation_strategy.generation_strategy import GenerationStrategy
+from ax.generation_strategy.generator_spec import GeneratorSpec
+from ax.generation_strategy.transition_criterion import MinTrials
+from ax.generators.torch.botorch_modular.surrogate import SurrogateSpec
+from ax.generators.torch.botorch_modular.utils import ModelConfig, fit_botorch_model
+from ax.storage.botorch_modular_registry import register_model
+from botorch.acquisition import AcquisitionFunction
+from botorch.acquisition.objective import (
+    PosteriorTransform,
+    ScalarizedPosteriorTransform,
+)
+from botorch.fit import fit_gpytorch_mll
+from botorch.models.model import Model
+from botorch.posteriors import Posterior
+from botorch.posteriors.transformed import TransformedPosterior
+from botorch.utils.datasets import SupervisedDataset
+from torch import Tensor
+
+from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
+
+__all__ = [
+    "GPARCurveModel",
+    "GPAR_NODE_NAME",
+    "SOBOL_NODE_NAME",
+    "checkpoint_indices",
+    "gpar_generation_strategy",
+]
+
+SOBOL_NODE_NAME = "Sobol"
+GPAR_NODE_NAME = "GPAR"
+
+#: How far (in Ax's [0, 1] step units) a step may lie from a checkpoint and still
+#: be read as that checkpoint: Ax's rescaling is exact up to float rounding.
+STEP_TOLERANCE = 1e-6
+
+
+def _rescaled_checkpoints(checkpoints: Sequence[float], reached: int) -> Tensor:
+    """Ax's rescaling of the first ``reached`` checkpoints: ``(c - c_0) / (c_last - c_0)``."""
+    c = torch.as_tensor(list(checkpoints[:reached]), dtype=torch.double)
+    return (c - c[0]) / (c[-1] - c[0])
+
+
+def _match(steps: Tensor, grid: Tensor) -> tuple[Tensor, Tensor]:
+    """Nearest grid index of every step, and whether it is within tolerance."""
+    distance = (steps.reshape(-1, 1).double() - grid.to(steps.device)).abs()
+    best, index = distance.min(-1)
+    return index.reshape(steps.shape), (best <= STEP_TOLERANCE).reshape(steps.shape)
+
+
+def checkpoint_indices(steps: Tensor, checkpoints: Sequence[float]) -> Tensor:
+    r"""Map Ax's rescaled training steps back to checkpoint indices.
+
+    Ax rescales the steps of a metric to [0, 1] with the smallest and largest
+    step in the data. Runs report a prefix of the checkpoints, so the smallest
+    step is ``checkpoints[0]``; GPAR needs runs at the final checkpoint, so the
+    largest is ``checkpoints[-1]``, and every step must then be one of
+    ``(c_j - c_0) / (c_{M-1} - c_0)``.
+
+    Args:
+        steps: A tensor of rescaled steps (any shape) from Ax's training data.
+        checkpoints: The M increasing steps at which the metric is reported.
+
+    Returns:
+        A long tensor of the same shape with indices in ``0..M-1``.
+
+    Raises:
+        ValueError: No run reached the final checkpoint (the steps fit a prefix
+            of the checkpoints), or the steps do not match the checkpoints.
+    """
+    index, ok = _match(steps, _rescaled_checkpoints(checkpoints, len(checkpoints)))
+    if ok.all():
+        return index
+    # Diagnose: do the steps fit a shorter prefix of the checkpoints?
+    for reached in range(len(checkpoints) - 1, 1, -1):
+        if _match(steps, _rescaled_checkpoints(checkpoints, reached))[1].all():
+            raise ValueError(
+                f"The learning curves reach checkpoint {checkpoints[reached - 1]!r} at "
+                f"most, not the final checkpoint {checkpoints[-1]!r}. GPAR targets the "
+                "final checkpoint and needs at least two runs that reached it."
+            )
+    bad = sorted({round(float(s), 6) for s in steps[~ok].reshape(-1).tolist()})[:10]
+    raise ValueError(
+        f"The reported steps do not match the checkpoints {list(checkpoints)}: after "
+        f"Ax's rescaling to [0, 1], steps {bad} are not checkpoints. Declare every "
+        "step at which the metric reports, in increasing order."
+    )
+
+
+class _SelectedOutputPosterior(TransformedPosterior):
+    """One output per point, picked from a multi-output GPAR posterior."""
+
+    def _extended_shape(self, sample_shape: torch.Size = torch.Size()) -> torch.Size:  # noqa: B008
+        return self._posterior._extended_shape(sample_shape)[:-1] + torch.Size([1])
+
+
+class GPARCurveModel(Model):
+    r"""GPAR on Ax's learning-curve rows: a one-output BoTorch model.
+
+    Args:
+        train_X: An ``n x (d + 1)`` tensor of Ax's training rows: the parameters
+            and, at column ``step_index``, the step rescaled to [0, 1].
+        train_Y: An ``n x 1`` tensor of the metric at those rows.
+        checkpoints: The M increasing steps (e.g. epochs) at which the metric is
+            reported; GPAR's outputs, in order.
+        step_index: The column of ``train_X`` holding the step.
+        gpar_options: Keyword arguments for ``GPARModel`` (e.g. ``kernel``,
+            ``markov``, ``denoise``).
+
+    Rows with equal parameters (one configuration run in several trials) are
+    merged into one run, averaging values at the same checkpoint.
+    """
+
+    def __init__(
+        self,
+        train_X: Tensor,
+        train_Y: Tensor,
+        checkpoints: Sequence[float],
+        step_index: int,
+        gpar_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        if train_Y.dim() != 2 or train_Y.shape[-1] != 1:
+            raise ValueError(f"train_Y must be `n x 1`; got {tuple(train_Y.shape)}.")
+        checkpoints = [float(c) for c in checkpoints]
+        if len(checkpoints) < 2 or any(b <= a for a, b in zip(checkpoints, checkpoints[1:])):
+            raise ValueError(f"checkpoints must be >= 2 increasing steps; got {checkpoints}.")
+        self.checkpoints = checkpoints
+        self.step_index = step_index % train_X.shape[-1]
+        self.gpar_options = dict(gpar_options or {})
+        self.train_X, self.train_Y = train_X, train_Y
+        steps = checkpoint_indices(train_X[:, self.step_index], checkpoints)
+        configs, run = self._without_step(train_X).unique(dim=0, return_inverse=True)
+        sums = train_X.new_zeros(len(configs), len(checkpoints))
+        counts = torch.zeros_like(sums)
+        sums.index_put_((run, steps), train_Y[:, 0], accumulate=True)
+        counts.index_put_((run, steps), torch.ones_like(train_Y[:, 0]), accumulate=True)
+        curves = torch.where(counts > 0, sums / counts.clamp_min(1), float("nan"))
+        self.gpar = GPARModel(configs, curves, output_names=checkpoints, **self.gpar_options)
+
+    @classmethod
+    def construct_inputs(
+        cls,
+        training_data: SupervisedDataset,
+        checkpoints: Sequence[float],
+        metric_name: str | None = None,
+        gpar_options: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """Model arguments from Ax's dataset of one learning-curve metric.
+
+        Raises:
+            ValueError: The data has no progression (``step``) column, holds
+                several metrics, or is not of ``metric_name``.
+        """
+        if kwargs:
+            raise ValueError(
+                f"GPARCurveModel does not support {sorted(kwargs)} (e.g. categorical, "
+                "fidelity or task parameters); use range parameters."
+            )
+        outcomes = list(training_data.outcome_names)
+        if len(outcomes) != 1:
+            raise ValueError(f"GPARCurveModel models one metric at a time; got {outcomes}.")
+        if metric_name is not None and outcomes[0] != metric_name:
+            raise ValueError(
+                f"GPAR was configured for metric {metric_name!r} but Ax asks it to model "
+                f"{outcomes[0]!r}: make the objective metric {metric_name!r} (or pass "
+                f"metric_name={outcomes[0]!r})."
+            )
+        if MAP_KEY not in training_data.feature_names:
+            raise ValueError(
+                f"Metric {outcomes[0]!r} has no progression data: GPAR needs learning "
+                f"curves, i.e. data attached with a progression (the {MAP_KEY!r} column, "
+                "e.g. `client.attach_data(trial, {...}, progression=epoch)`) at two or "
+                "more distinct checkpoints."
+            )
+        return {
+            "train_X": training_data.X,
+            "train_Y": training_data.Y,
+            "checkpoints": list(checkpoints),
+            "step_index": training_data.feature_names.index(MAP_KEY),
+            "gpar_options": gpar_options,
+        }
+
+    @property
+    def num_outputs(self) -> int:
+        return 1
+
+    @property
+    def batch_shape(self) -> torch.Size:
+        return torch.Size()
+
+    def _without_step(self, X: Tensor) -> Tensor:
+        """``X`` without its step column: ``... x d``."""
+        keep = [i for i in range(X.shape[-1]) if i != self.step_index]
+        return X[..., keep]
+
+    def posterior(
+        self,
+        X: Tensor,
+        output_indices: list[int] | None = None,
+        observation_noise: bool | Tensor = False,
+        posterior_transform: PosteriorTransform | None = None,
+        **kwargs: Any,
+    ) -> Posterior:
+        r"""The posterior of the metric at the checkpoint each row of ``X`` asks for.
+
+        Args:
+            X: A ``batch_shape x q x (d + 1)`` tensor; the step column (rescaled as
+                in training, 1 = final checkpoint) picks the checkpoint. A point
+                equal to a training run's parameters is conditioned on that run's
+                observed prefix (so running trials are judged by what they showed).
+            output_indices: Must be None or ``[0]`` (one metric).
+            observation_noise: Whether to include observation noise.
+            posterior_transform: E.g. Ax's ``ScalarizedPosteriorTransform``.
+
+        Returns:
+            A posterior over ``batch_shape x q x 1``.
+        """
+        if output_indices not in (None, [0]):
+            raise ValueError(f"GPARCurveModel has one output; got {output_indices}.")
+        grid = _rescaled_checkpoints(self.checkpoints, len(self.checkpoints))
+        index, ok = _match(X[..., self.step_index].detach(), grid)
+        if not ok.all():
+            bad = X[..., self.step_index][~ok].unique().tolist()[:5]
+            raise ValueError(f"Steps {bad} (rescaled) are not checkpoints {self.checkpoints}.")
+        x = self._without_step(X)
+        if (index == index.reshape(-1)[0]).all():
+            # One checkpoint for all points (always so in acquisition): joint samples.
+            return self.gpar.posterior(
+                x,
+                output_indices=[int(index.reshape(-1)[0])],
+                observation_noise=observation_noise,
+                posterior_transform=posterior_transform,
+            )
+        inner = self.gpar.posterior(
+            x,
+            output_indices=list(range(int(index.max()) + 1)),
+            observation_noise=observation_noise,
+        )
+        if posterior_transform is not None and not isinstance(
+            posterior_transform, ScalarizedPosteriorTransform
+        ):
+            raise NotImplementedError(
+                "Points at different checkpoints support only scalarised transforms."
+            )
+
+        def select(values: Tensor) -> Tensor:
+            picked = values.gather(-1, index.expand(values.shape[:-1]).unsqueeze(-1))
+            if posterior_transform is None:
+                return picked
+            return picked * posterior_transform.weights.to(picked) + posterior_transform.offset
+
+        def select_variance(mean: Tensor, variance: Tensor) -> Tensor:
+            picked = variance.gather(-1, index.expand(variance.shape[:-1]).unsqueeze(-1))
+            if posterior_transform is None:
+                return picked
+            return picked * posterior_transform.weights.to(picked) ** 2
+
+        return _SelectedOutputPosterior(
+            inner,
+            sample_transform=select,
+            mean_transform=lambda mean, variance: select(mean),
+            variance_transform=select_variance,
+        )
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> Any:
+        """Load hyperparameters only: normalisations stay those of this model's data.
+
+        Ax reloads a fitted model's state into a model built on other data (e.g.
+        cross-validation folds); the conditionals' input and outcome transforms
+        must keep describing the new data.
+        """
+        hyperparameters = {k: v for k, v in state_dict.items() if "_transform." not in k}
+        return super().load_state_dict(hyperparameters, strict=False)
+
+
+@fit_botorch_model.register(GPARCurveModel)
+def _fit_gpar_curve_model(
+    model: GPARCurveModel,
+    mll_class: Any = None,
+    mll_options: dict[str, Any] | None = None,
+) -> None:
+    """Ax's fitting hook: GPAR fits its conditionals one by one.
+
+    ``mll_class`` is unused (each conditional uses its exact marginal likelihood);
+    ``mll_options`` (the ``ModelConfig``'s) go to every conditional's
+    ``fit_gpytorch_mll``, e.g. ``{"optimizer_kwargs": {"options": {"maxiter": 100}}}``.
+    """
+    fit_gpytorch_mll(
+        GPARMarginalLogLikelihood(model.gpar.likelihood, model.gpar), **(mll_options or {})
+    )
+
+
+# JSON and SQL storage encode the model class of a ModelConfig by registered name.
+register_model(GPARCurveModel)
+
+
+def gpar_generation_strategy(
+    checkpoints: Sequence[float],
+    *,
+    metric_name: str | None = None,
+    num_sobol_trials: int = 5,
+    min_completed_trials: int = 2,
+    gpar_options: Mapping[str, Any] | None = None,
+    botorch_acqf_class: type[AcquisitionFunction] | None = None,
+    fit_kwargs: Mapping[str, Any] | None = None,
+    acqf_optimizer_kwargs: Mapping[str, Any] | None = None,
+    seed: int | None = None,
+) -> GenerationStrategy:
+    r"""Sobol initialisation, then GPAR in Ax's modular BoTorch generator.
+
+    Pass the result to ``Client.set_generation_strategy`` or an ``Orchestrator``.
+    The GPAR node sees every reported checkpoint of running, completed and
+    early-stopped trials and targets the final checkpoint.
+
+    Args:
+        checkpoints: The increasing steps (``progression`` values, e.g. epochs) at
+            which the objective metric is reported; the last is the target.
+        metric_name: The objective metric; if given, a mismatch is an error.
+        num_sobol_trials: Sobol trials before GPAR takes over.
+        min_completed_trials: COMPLETED trials (with data) needed before GPAR
+            takes over, at least 2: each GPAR output, including the final
+            checkpoint, needs two observations. Until then Sobol continues, so
+            parallel workers stay busy while the first runs finish.
+        gpar_options: Keyword arguments for ``GPARModel`` (``kernel``, ``markov``,
+            ``denoise``, ...).
+        botorch_acqf_class: Acquisition function; Ax's default (qLogNEI for one
+            objective) if None.
+        fit_kwargs: Keyword arguments for each conditional's ``fit_gpytorch_mll``
+            (e.g. ``{"optimizer_kwargs": {"options": {"maxiter": 100}}}`` for speed).
+        acqf_optimizer_kwargs: Keyword arguments for BoTorch's ``optimize_acqf``
+            (e.g. ``{"num_restarts": 4, "raw_samples": 128}``); Ax's defaults if None.
+        seed: Seed of the Sobol sequence.
+
+    Returns:
+        A ``GenerationStrategy`` with nodes ``"Sobol"`` and ``"GPAR"``.
+    """
+    checkpoints = [float(c) for c in checkpoints]
+    if len(checkpoints) < 2 or any(b <= a for a, b in zip(checkpoints, checkpoints[1:])):
+        raise ValueError(f"checkpoints must be >= 2 increasing steps; got {checkpoints}.")
+    if min_completed_trials < 2:
+        raise ValueError("min_completed_trials must be >= 2 (GPAR needs two final values).")
+    sobol = GenerationNode(
+        name=SOBOL_NODE_NAME,
+        generator_specs=[
+            GeneratorSpec(generator_enum=Generators.SOBOL, generator_kwargs={"seed": seed})
+        ],
+        transition_criteria=[
+            MinTrials(
+                threshold=num_sobol_trials,
+                transition_to=GPAR_NODE_NAME,
+                not_in_statuses=[TrialStatus.FAILED, TrialStatus.ABANDONED],
+                use_all_trials_in_exp=True,
+            ),
+            MinTrials(
+                threshold=min_completed_trials,
+                transition_to=GPAR_NODE_NAME,
+                only_in_statuses=[TrialStatus.COMPLETED],
+                count_only_trials_with_data=True,
+                use_all_trials_in_exp=True,
+            ),
+        ],
+        should_deduplicate=True,
+        suggested_experiment_status=ExperimentStatus.INITIALIZATION,
+    )
+    model_config = ModelConfig(
+        botorch_model_class=GPARCurveModel,
+        model_options={
+            "checkpoints": checkpoints,
+            "metric_name": metric_name,
+            "gpar_options": dict(gpar_options or {}),
+        },
+        # GPARModel normalises each conditional's inputs itself.
+        input_transform_classes=None,
+        mll_options=dict(fit_kwargs or {}),
+        name=GPAR_NODE_NAME,
+    )
+    generator_kwargs: dict[str, Any] = {
+        "surrogate_spec": SurrogateSpec(model_configs=[model_config]),
+        # Every checkpoint of every trial, not only each curve's latest value.
+        "data_loader_config": DataLoaderConfig(
+            latest_rows_per_group=None, fit_only_completed_map_metrics=False
+        ),
+        # Model only the objective; tracking metrics need no GPAR.
+        "fit_tracking_metrics": False,
+        # Ax's default Y transforms minus Winsorize (which would clip the high
+        # early-checkpoint values as outliers) and the transforms for relative or
+        # constraint metrics; standardisation is affine, so curves keep their shape.
+        "transforms": [*MBM_X_trans, StandardizeY],
+    }
+    if botorch_acqf_class is not None:
+        generator_kwargs["botorch_acqf_class"] = botorch_acqf_class
+    gen_kwargs: dict[str, Any] = {}
+    if acqf_optimizer_kwargs is not None:
+        gen_kwargs["model_gen_options"] = {"optimizer_kwargs": dict(acqf_optimizer_kwargs)}
+    gpar = GenerationNode(
+        name=GPAR_NODE_NAME,
+        generator_specs=[
+            GeneratorSpec(
+                generator_enum=Generators.BOTORCH_MODULAR,
+                generator_kwargs=generator_kwargs,
+                generator_gen_kwargs=gen_kwargs,
+            )
+        ],
+        should_deduplicate=True,
+        suggested_experiment_status=ExperimentStatus.OPTIMIZATION,
+    )
+    return GenerationStrategy(name="Sobol+GPAR", nodes=[sobol, gpar])
