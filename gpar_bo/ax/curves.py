@@ -1,0 +1,153 @@
+"""An Ax experiment's learning curves in GPAR's layout (raw steps, unit-cube inputs).
+
+Early stopping and the tuning report need the curves of named trials, with the
+experiment's own step values (epochs), rather than Ax's model-space rows. This
+module reads them straight from ``experiment.lookup_data()``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from ax.core.data import MAP_KEY
+from ax.core.experiment import Experiment
+from ax.core.parameter import ChoiceParameter, RangeParameter
+from ax.core.trial_status import TrialStatus
+from torch import Tensor
+
+__all__ = ["ExperimentCurves", "experiment_curves", "objective_metric", "unit_cube"]
+
+#: Relative tolerance for matching a reported step to a declared checkpoint.
+STEP_RTOL = 1e-9
+
+
+@dataclass
+class ExperimentCurves:
+    """Learning curves of the trials that reported the metric.
+
+    Attributes:
+        trial_indices: The n trials, in increasing index order.
+        statuses: Their statuses.
+        X: An ``n x d`` tensor of their parameters, mapped to the unit cube.
+        Y: An ``n x M`` tensor of the metric at each checkpoint, NaN where not
+            reported; every row is a prefix (steps after a gap are dropped).
+        parameter_names: The d parameter names, in column order.
+        checkpoints: The M checkpoints.
+    """
+
+    trial_indices: list[int]
+    statuses: list[TrialStatus]
+    X: Tensor
+    Y: Tensor
+    parameter_names: list[str]
+    checkpoints: list[float]
+
+    @property
+    def lengths(self) -> Tensor:
+        """How many checkpoints each trial has reported (an ``n`` long tensor)."""
+        return (~torch.isnan(self.Y)).sum(-1)
+
+    def select(self, mask: Tensor) -> ExperimentCurves:
+        """The curves of the trials where the ``n`` bool ``mask`` is True."""
+        keep = mask.nonzero().squeeze(-1).tolist()
+        return ExperimentCurves(
+            [self.trial_indices[i] for i in keep], [self.statuses[i] for i in keep],
+            self.X[mask], self.Y[mask], self.parameter_names, self.checkpoints,
+        )
+
+
+def objective_metric(experiment: Experiment, metric_name: str | None = None) -> tuple[str, bool]:
+    """The single objective metric's name and whether it is minimised.
+
+    Raises:
+        ValueError: No single objective, or it is not ``metric_name``.
+    """
+    config = experiment.optimization_config
+    if config is None or config.is_moo_problem:
+        raise ValueError("GPAR needs an experiment with a single objective.")
+    objective = config.objective
+    name = objective.metric_names[0]
+    if metric_name is not None and metric_name != name:
+        raise ValueError(
+            f"GPAR was configured for metric {metric_name!r} but the experiment's "
+            f"objective is {name!r}."
+        )
+    return name, objective.minimize
+
+
+def unit_cube(experiment: Experiment, parameters: dict) -> list[float]:
+    """A parameterisation mapped to [0, 1]^d (log scale where the parameter is)."""
+    values = []
+    for name, parameter in experiment.search_space.parameters.items():
+        value = float(parameters[name])
+        if isinstance(parameter, RangeParameter):
+            low, high = float(parameter.lower), float(parameter.upper)
+            if parameter.log_scale:
+                value, low, high = math.log(value), math.log(low), math.log(high)
+        elif isinstance(parameter, ChoiceParameter) and parameter.is_numeric:
+            low, high = min(parameter.values), max(parameter.values)
+        else:
+            raise ValueError(
+                f"Parameter {name!r} is not numeric; GPAR early stopping supports "
+                "range and numeric choice parameters."
+            )
+        values.append((value - low) / (high - low) if high > low else 0.0)
+    return values
+
+
+def experiment_curves(
+    experiment: Experiment, metric_name: str, checkpoints: Sequence[float]
+) -> ExperimentCurves:
+    """The curves of every trial with data for ``metric_name``.
+
+    Args:
+        experiment: The Ax experiment.
+        metric_name: The learning-curve metric.
+        checkpoints: The M increasing steps at which the metric is reported.
+
+    Raises:
+        ValueError: The metric's data has no progression (``step``) values, or a
+            reported step is not one of ``checkpoints``.
+    """
+    checkpoints = [float(c) for c in checkpoints]
+    data = experiment.lookup_data()
+    df = data.full_df
+    df = df[df["metric_name"] == metric_name].dropna(subset=["mean"])
+    names = list(experiment.search_space.parameters)
+    if df.empty:
+        empty = torch.zeros(0, len(names), dtype=torch.double)
+        return ExperimentCurves([], [], empty, empty.new_zeros(0, len(checkpoints)),
+                                names, checkpoints)
+    if not data.has_step_column or df[MAP_KEY].isna().all():
+        raise ValueError(
+            f"Metric {metric_name!r} has no progression data: GPAR needs learning curves "
+            f"(data with a {MAP_KEY!r} value, e.g. `attach_data(..., progression=epoch)`)."
+        )
+    df = df.dropna(subset=[MAP_KEY])
+    grid = torch.tensor(checkpoints, dtype=torch.double)
+    trials = sorted(int(t) for t in df["trial_index"].unique())
+    Y = torch.full((len(trials), len(checkpoints)), float("nan"), dtype=torch.double)
+    for row, (trial_index, group) in enumerate(df.groupby("trial_index", sort=True)):
+        steps = torch.tensor(group[MAP_KEY].to_numpy(dtype=float), dtype=torch.double)
+        distance = (steps.unsqueeze(-1) - grid).abs()
+        best, index = distance.min(-1)
+        bad = best > STEP_RTOL * grid.abs().max().clamp_min(1.0)
+        if bad.any():
+            raise ValueError(
+                f"Trial {trial_index} reported {metric_name!r} at steps "
+                f"{sorted(set(steps[bad].tolist()))[:10]}, which are not checkpoints "
+                f"{checkpoints}. Declare every step at which the metric reports."
+            )
+        # Repeated reports of one step (re-fetches): the latest row wins.
+        Y[row, index] = torch.tensor(group["mean"].to_numpy(dtype=float), dtype=torch.double)
+    # A prefix only: a value after a missing checkpoint cannot enter GPAR.
+    Y = torch.where(torch.isnan(Y).cumsum(-1) > 0, float("nan"), Y)
+    X = torch.tensor(
+        [unit_cube(experiment, experiment.trials[t].arm.parameters) for t in trials],
+        dtype=torch.double,
+    ).reshape(len(trials), len(names))
+    statuses = [experiment.trials[t].status for t in trials]
+    return ExperimentCurves(trials, statuses, X, Y, names, checkpoints)

@@ -1,0 +1,187 @@
+r"""``GPAREarlyStoppingStrategy``: stop trials GPAR thinks will not beat the incumbent.
+
+For each running trial with enough progression, GPAR (conditioned on the trial's
+observed prefix) gives the distribution of its value at the final checkpoint;
+the trial is stopped when the probability that this value beats the incumbent
+(the best final value among trials that reached the final checkpoint) is below
+``threshold``.
+
+The GPAR model is fitted on the finished curves (completed and early-stopped
+trials) and refitted only when those change; running trials enter through
+``GPARModel.condition_on_observations``, so each poll costs a posterior, not a fit.
+
+Supported paths: ``Client.set_early_stopping_strategy`` then
+``Client.should_stop_trial_early`` (you stop the run and call
+``mark_trial_early_stopped``), or ``OrchestratorOptions(early_stopping_strategy=...)``
+with a runner that implements ``stop``. ``Client.run_trials`` builds its own
+``Orchestrator`` without the early-stopping strategy, so it never stops trials.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from ax.core.experiment import Experiment
+from ax.core.trial_status import TrialStatus
+from ax.early_stopping.strategies.base import BaseEarlyStoppingStrategy
+from ax.generation_strategy.generation_node import GenerationNode
+from botorch.fit import fit_gpytorch_mll
+
+from gpar_bo.ax.curves import ExperimentCurves, experiment_curves, objective_metric
+from gpar_bo.data import MIN_OBSERVATIONS_PER_OUTPUT
+from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
+
+__all__ = ["GPAREarlyStoppingStrategy"]
+
+
+class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
+    r"""Stop a trial when GPAR gives it little chance to beat the incumbent.
+
+    Args:
+        checkpoints: The M increasing steps (progressions) at which the objective
+            is reported; the last is the final checkpoint.
+        metric_name: The objective metric; if given, a mismatch with the
+            experiment's objective is an error.
+        threshold: Stop when ``P(final value beats the incumbent) < threshold``.
+        min_progression: Only judge trials whose latest step is at least this
+            (in the experiment's units, e.g. epochs).
+        max_progression: Do not stop trials past this step.
+        min_completed_trials: Trials that reached the final checkpoint before any
+            stopping (at least 2, as GPAR needs two values of every output).
+        num_samples: Monte Carlo samples of the final value.
+        gpar_options: Keyword arguments for ``GPARModel``.
+        fit_kwargs: Keyword arguments for each conditional's ``fit_gpytorch_mll``.
+        seed: Seed of the Monte Carlo samples (decisions are reproducible).
+    """
+
+    def __init__(
+        self,
+        checkpoints: Sequence[float],
+        metric_name: str | None = None,
+        threshold: float = 0.05,
+        min_progression: float | None = None,
+        max_progression: float | None = None,
+        min_completed_trials: int = 2,
+        num_samples: int = 512,
+        gpar_options: Mapping[str, Any] | None = None,
+        fit_kwargs: Mapping[str, Any] | None = None,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(
+            metric_signatures=None if metric_name is None else [metric_name],
+            min_progression=min_progression,
+            max_progression=max_progression,
+            min_curves=max(min_completed_trials, MIN_OBSERVATIONS_PER_OUTPUT),
+        )
+        self.checkpoints = [float(c) for c in checkpoints]
+        if len(self.checkpoints) < 2 or any(
+            b <= a for a, b in zip(self.checkpoints, self.checkpoints[1:])
+        ):
+            raise ValueError(f"checkpoints must be >= 2 increasing steps; got {checkpoints}.")
+        if not 0.0 < threshold < 1.0:
+            raise ValueError(f"threshold must be in (0, 1); got {threshold}.")
+        self.metric_name = metric_name
+        self.threshold = threshold
+        self.num_samples = num_samples
+        self.gpar_options = dict(gpar_options or {})
+        self.fit_kwargs = dict(fit_kwargs or {})
+        self.seed = seed
+        self._cache: tuple[tuple, GPARModel] | None = None
+
+    def _is_harmful(self, trial_indices: set[int], experiment: Experiment) -> bool:
+        # The probability threshold is the safety margin; no extra gate.
+        return False
+
+    def _finished_model(self, finished: ExperimentCurves) -> GPARModel:
+        """GPAR fitted on the finished curves, reused while they are unchanged."""
+        key = (tuple(finished.trial_indices), finished.Y.nan_to_num(-1e300).numpy().tobytes())
+        if self._cache is None or self._cache[0] != key:
+            model = GPARModel(finished.X, finished.Y, output_names=self.checkpoints,
+                              **self.gpar_options)
+            fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model), **self.fit_kwargs)
+            self._cache = (key, model)
+        return self._cache[1]
+
+    def probabilities_of_beating_incumbent(
+        self, experiment: Experiment, trial_indices: Sequence[int] | None = None
+    ) -> dict[int, float]:
+        r"""``P(final value beats the incumbent)`` of running trials under GPAR.
+
+        Args:
+            experiment: The experiment.
+            trial_indices: Running trials to evaluate (default: all running trials
+                with data); trials without data or not running are skipped.
+
+        Returns:
+            A mapping from trial index to probability; empty while fewer than
+            ``min_completed_trials`` trials have reached the final checkpoint.
+
+        Raises:
+            ValueError: The objective is not ``metric_name``, the data has no
+                progression, or reported steps are not the checkpoints.
+        """
+        name, minimize = objective_metric(experiment, self.metric_name)
+        curves = experiment_curves(experiment, name, self.checkpoints)
+        curves = curves.select(curves.lengths > 0)
+        final = self.checkpoints[-1]
+        reached = curves.lengths == len(self.checkpoints)
+        if int(reached.sum()) < (self.min_curves or MIN_OBSERVATIONS_PER_OUTPUT):
+            return {}
+        running = torch.tensor(
+            [s == TrialStatus.RUNNING for s in curves.statuses], dtype=torch.bool
+        )
+        wanted = running & ~reached
+        if trial_indices is not None:
+            asked = set(trial_indices)
+            wanted &= torch.tensor([t in asked for t in curves.trial_indices], dtype=torch.bool)
+        if not wanted.any():
+            return {}
+        model = self._finished_model(curves.select(~running))
+        if running.any():
+            live = curves.select(running)
+            model = model.condition_on_observations(live.X, live.Y)
+        finals = curves.Y[reached & ~running, -1]
+        incumbent = finals.min() if minimize else finals.max()
+        candidates = curves.select(wanted)
+        posterior = model.posterior(
+            candidates.X.unsqueeze(-2),
+            output_indices=[model.output_index(final)],
+            observation_noise=True,
+        )
+        with torch.random.fork_rng():
+            torch.manual_seed(self.seed)
+            samples = posterior.rsample(torch.Size([self.num_samples]))[..., 0, 0]
+        beats = samples < incumbent if minimize else samples > incumbent
+        probabilities = beats.double().mean(0)
+        return dict(zip(candidates.trial_indices, probabilities.tolist()))
+
+    def _should_stop_trials_early(
+        self,
+        trial_indices: set[int],
+        experiment: Experiment,
+        current_node: GenerationNode | None = None,
+    ) -> dict[int, str | None]:
+        """Trials to stop, each with the reason (probability vs threshold)."""
+        name, _ = objective_metric(experiment, self.metric_name)
+        if not experiment_curves(experiment, name, self.checkpoints).trial_indices:
+            return {}  # No data yet (this also validated steps and progression).
+        df = experiment.lookup_data().full_df
+        df = df[df["metric_name"] == name]
+        eligible = []
+        for index in sorted(trial_indices):
+            ok, _ = self.is_eligible(trial_index=index, experiment=experiment, df=df)
+            if ok:
+                eligible.append(index)
+        if not eligible:
+            return {}
+        probabilities = self.probabilities_of_beating_incumbent(experiment, eligible)
+        return {
+            index: (
+                f"GPAR's probability that the final {name} beats the incumbent is "
+                f"{p:.3f} < {self.threshold}."
+            )
+            for index, p in probabilities.items()
+            if p < self.threshold
+        }
