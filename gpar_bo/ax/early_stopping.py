@@ -28,6 +28,7 @@ from ax.core.trial_status import TrialStatus
 from ax.early_stopping.strategies.base import BaseEarlyStoppingStrategy
 from ax.generation_strategy.generation_node import GenerationNode
 from botorch.fit import fit_gpytorch_mll
+from torch import Tensor
 
 from gpar_bo.ax.curves import ExperimentCurves, experiment_curves, objective_metric
 from gpar_bo.data import MIN_OBSERVATIONS_PER_OUTPUT
@@ -104,18 +105,25 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
             self._cache = (key, model)
         return self._cache[1]
 
-    def probabilities_of_beating_incumbent(
+    def final_value_samples(
         self, experiment: Experiment, trial_indices: Sequence[int] | None = None
-    ) -> dict[int, float]:
-        r"""``P(final value beats the incumbent)`` of running trials under GPAR.
+    ) -> tuple[dict[int, Tensor], float | None]:
+        r"""GPAR samples of the final value of unfinished trials, and the incumbent.
+
+        GPAR is fitted on the curves of the trials that are not running and
+        conditioned on the running trials' prefixes; each trial's samples are
+        conditioned on its own prefix.
 
         Args:
             experiment: The experiment.
-            trial_indices: Running trials to evaluate (default: all running trials
-                with data); trials without data or not running are skipped.
+            trial_indices: Trials to sample (default: every trial with data that
+                has not reached the final checkpoint); trials without data or
+                that reached the final checkpoint are skipped.
 
         Returns:
-            A mapping from trial index to probability; empty while fewer than
+            A mapping from trial index to a ``num_samples`` tensor of final values
+            (with observation noise), and the incumbent (the best final value of
+            a finished trial). Both are empty/None while fewer than
             ``min_completed_trials`` trials have reached the final checkpoint.
 
         Raises:
@@ -125,37 +133,57 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
         name, minimize = objective_metric(experiment, self.metric_name)
         curves = experiment_curves(experiment, name, self.checkpoints)
         curves = curves.select(curves.lengths > 0)
-        final = self.checkpoints[-1]
         reached = curves.lengths == len(self.checkpoints)
-        if int(reached.sum()) < (self.min_curves or MIN_OBSERVATIONS_PER_OUTPUT):
-            return {}
         running = torch.tensor(
             [s == TrialStatus.RUNNING for s in curves.statuses], dtype=torch.bool
         )
-        wanted = running & ~reached
+        finished_finals = curves.Y[reached & ~running, -1]
+        if len(finished_finals) < (self.min_curves or MIN_OBSERVATIONS_PER_OUTPUT):
+            return {}, None
+        incumbent = float(finished_finals.min() if minimize else finished_finals.max())
+        wanted = ~reached
         if trial_indices is not None:
             asked = set(trial_indices)
             wanted &= torch.tensor([t in asked for t in curves.trial_indices], dtype=torch.bool)
         if not wanted.any():
-            return {}
+            return {}, incumbent
         model = self._finished_model(curves.select(~running))
         if running.any():
             live = curves.select(running)
             model = model.condition_on_observations(live.X, live.Y)
-        finals = curves.Y[reached & ~running, -1]
-        incumbent = finals.min() if minimize else finals.max()
         candidates = curves.select(wanted)
         posterior = model.posterior(
             candidates.X.unsqueeze(-2),
-            output_indices=[model.output_index(final)],
+            output_indices=[model.output_index(self.checkpoints[-1])],
             observation_noise=True,
         )
         with torch.random.fork_rng():
             torch.manual_seed(self.seed)
             samples = posterior.rsample(torch.Size([self.num_samples]))[..., 0, 0]
-        beats = samples < incumbent if minimize else samples > incumbent
-        probabilities = beats.double().mean(0)
-        return dict(zip(candidates.trial_indices, probabilities.tolist()))
+        return dict(zip(candidates.trial_indices, samples.T.detach())), incumbent
+
+    def probabilities_of_beating_incumbent(
+        self, experiment: Experiment, trial_indices: Sequence[int] | None = None
+    ) -> dict[int, float]:
+        r"""``P(final value beats the incumbent)`` of running trials under GPAR.
+
+        Args:
+            experiment: The experiment.
+            trial_indices: Trials to evaluate (default: all running trials with
+                data); trials that are not running are skipped.
+
+        Returns:
+            A mapping from trial index to probability; empty while fewer than
+            ``min_completed_trials`` trials have reached the final checkpoint.
+        """
+        running = {t.index for t in experiment.trials_by_status[TrialStatus.RUNNING]}
+        asked = running if trial_indices is None else running & set(trial_indices)
+        samples, incumbent = self.final_value_samples(experiment, sorted(asked))
+        _, minimize = objective_metric(experiment, self.metric_name)
+        return {
+            index: float((s < incumbent if minimize else s > incumbent).double().mean())
+            for index, s in samples.items()
+        }
 
     def _should_stop_trials_early(
         self,

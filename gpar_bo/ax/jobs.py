@@ -1,0 +1,165 @@
+"""Training jobs as run by the workers, and the progress-file protocol they write.
+
+A job trains one configuration and appends one JSON line per reported step to
+its progress file, ``{"step": 3, "values": {"val_error": 0.12, ...}}``, then a
+final ``{"status": "completed" | "stopped" | "failed", ...}`` line. Before each
+step's report returns, the job checks for a stop file next to it; if present it
+stops after that step. Files work the same for local processes, a dask
+``LocalCluster`` and any cluster whose workers share the filesystem, and they
+survive a restart of the tuning process.
+
+Training functions have the signature
+``train(parameters, report, trial_index, **train_kwargs)``, where
+``report(step, values) -> bool`` returns True when the job should stop; they are
+named by import path (``"module:function"``) so that runners stay serialisable.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import traceback
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "Report",
+    "read_progress",
+    "resolve",
+    "run_training_job",
+    "train_mnist_mlp",
+    "train_toy_curves",
+]
+
+#: ``report(step, values)``: record one checkpoint; True means "stop now".
+Report = Callable[[float, Mapping[str, float]], bool]
+
+
+def resolve(path: str) -> Callable[..., Any]:
+    """The function named ``"package.module:function"``."""
+    module, _, name = path.partition(":")
+    if not name:
+        raise ValueError(f"Expected 'module:function', got {path!r}.")
+    return getattr(importlib.import_module(module), name)
+
+
+def _append(path: Path, record: Mapping[str, Any]) -> None:
+    # One write per line, flushed at once: readers see whole lines (or none).
+    with open(path, "a") as file:
+        file.write(json.dumps(record) + "\n")
+        file.flush()
+        os.fsync(file.fileno())
+
+
+def read_progress(path: str | Path) -> tuple[list[tuple[float, dict[str, float]]], dict | None]:
+    """The reported steps of a progress file and its final status record.
+
+    Returns:
+        ``[(step, values), ...]`` in report order, and the status record
+        (``{"status": ...}``) or None while the job runs. A missing file reads as
+        no steps and no status.
+    """
+    steps, status = [], None
+    try:
+        lines = Path(path).read_text().splitlines()
+    except FileNotFoundError:
+        return steps, status
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line being written right now
+        if "status" in record:
+            status = record
+        else:
+            steps.append((float(record["step"]), dict(record["values"])))
+    return steps, status
+
+
+def run_training_job(
+    train: str,
+    train_kwargs: Mapping[str, Any],
+    parameters: Mapping[str, Any],
+    trial_index: int,
+    progress_file: str,
+    stop_file: str,
+) -> str:
+    """Run one training job, writing its progress file; returns the final status."""
+    progress, stop = Path(progress_file), Path(stop_file)
+    stopped = False
+
+    def report(step: float, values: Mapping[str, float]) -> bool:
+        nonlocal stopped
+        _append(progress, {"step": step, "values": {k: float(v) for k, v in values.items()}})
+        stopped = stop.exists()
+        return stopped
+
+    try:
+        resolve(train)(dict(parameters), report, trial_index, **train_kwargs)
+    except BaseException as error:
+        _append(progress, {"status": "failed", "error": "".join(
+            traceback.format_exception_only(type(error), error)).strip()})
+        raise
+    status = "stopped" if stopped else "completed"
+    _append(progress, {"status": status})
+    return status
+
+
+def train_toy_curves(
+    parameters: Mapping[str, float],
+    report: Report,
+    trial_index: int,
+    epochs: int = 16,
+    noise_std: float = 0.005,
+    seconds_per_epoch: float = 0.0,
+    metric_name: str = "error",
+) -> None:
+    """A fast synthetic training run: :func:`gpar_bo.test_problems.learning_curves`.
+
+    Parameters ``x1`` and ``x2`` in [0, 1]; reports ``metric_name`` at epochs
+    1..``epochs``, sleeping ``seconds_per_epoch`` per epoch to mimic training.
+    """
+    import time
+
+    import torch
+
+    from gpar_bo.test_problems import learning_curves
+
+    X = torch.tensor([[parameters["x1"], parameters["x2"]]], dtype=torch.double)
+    curve = learning_curves(X, range(1, epochs + 1), noise_std, seed=trial_index)[0]
+    for epoch, value in enumerate(curve.tolist(), start=1):
+        time.sleep(seconds_per_epoch)
+        if report(epoch, {metric_name: value}):
+            return
+
+
+def train_mnist_mlp(
+    parameters: Mapping[str, float],
+    report: Report,
+    trial_index: int,
+    epochs: int = 21,
+    data_dir: str | None = None,
+    seed: int = 0,
+    threads: int = 1,
+    max_examples: int | None = None,
+) -> None:
+    """Train the MNIST MLP of :mod:`gpar_bo.mnist`, reporting after every epoch.
+
+    Reports ``val_error`` (validation error rate) and ``val_loss`` (validation
+    cross-entropy) at epochs 1..``epochs``; the run's seed is ``seed + trial_index``.
+    ``data_dir`` is an IDX directory (default: embedded 5k MNIST); ``max_examples``
+    keeps a subset (for smoke tests).
+    """
+    import torch
+
+    from gpar_bo.mnist import MLPHyperparameters, load_mnist, train_mlp
+
+    torch.set_num_threads(threads)
+    data = load_mnist(data_dir, max_examples=max_examples)
+    hparams = MLPHyperparameters.from_dict(parameters)
+    train_mlp(
+        hparams, data, epochs=epochs, seed=seed + trial_index,
+        callback=lambda epoch, loss, error: report(epoch, {"val_error": error, "val_loss": loss}),
+    )

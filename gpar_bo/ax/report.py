@@ -1,0 +1,132 @@
+"""The tuning report: best configuration, every learning curve, GPAR's final-value bands.
+
+``write_report`` writes ``report.json`` and ``report.png`` for an experiment whose
+objective is a learning-curve metric: the best completed trial and its curve, all
+curves (early-stopped ones marked), and, for trials that have not reached the final
+checkpoint (running or stopped), GPAR's predicted final value with a 90% band.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from ax.core.experiment import Experiment
+from ax.core.trial_status import TrialStatus
+
+from gpar_bo.ax.curves import experiment_curves, objective_metric
+from gpar_bo.ax.early_stopping import GPAREarlyStoppingStrategy
+
+__all__ = ["build_report", "write_report"]
+
+
+def build_report(experiment: Experiment, strategy: GPAREarlyStoppingStrategy) -> dict[str, Any]:
+    """The report as a JSON-serialisable dict.
+
+    Args:
+        experiment: The tuning experiment.
+        strategy: The early-stopping strategy; supplies the checkpoints and the
+            GPAR model behind the predicted bands.
+
+    Returns:
+        ``{"metric", "minimize", "checkpoints", "best", "trials", "epochs_trained"}``;
+        ``best`` is None until a trial completes. Each trial has ``index``,
+        ``status``, ``parameters``, ``steps``, ``values``, ``stopped`` and, if it did
+        not reach the final checkpoint, ``predicted_final`` (``mean``, ``q05``, ``q95``).
+    """
+    name, minimize = objective_metric(experiment, strategy.metric_name)
+    curves = experiment_curves(experiment, name, strategy.checkpoints)
+    samples, _ = strategy.final_value_samples(experiment)
+    trials, best = [], None
+    for row, index in enumerate(curves.trial_indices):
+        observed = ~torch.isnan(curves.Y[row])
+        trial = experiment.trials[index]
+        entry: dict[str, Any] = {
+            "index": index,
+            "status": trial.status.name,
+            "parameters": dict(trial.arms[0].parameters),
+            "steps": [c for c, o in zip(curves.checkpoints, observed.tolist()) if o],
+            "values": curves.Y[row][observed].tolist(),
+            "stopped": trial.status == TrialStatus.EARLY_STOPPED,
+        }
+        if index in samples:
+            s = samples[index].double()
+            entry["predicted_final"] = {
+                "mean": float(s.mean()),
+                "q05": float(s.quantile(0.05)),
+                "q95": float(s.quantile(0.95)),
+            }
+        trials.append(entry)
+        complete = trial.status == TrialStatus.COMPLETED and bool(observed[-1])
+        if complete and (
+            best is None or (entry["values"][-1] < best["final"]) == minimize
+        ):
+            best = {"trial_index": index, "parameters": entry["parameters"],
+                    "final": entry["values"][-1], "steps": entry["steps"],
+                    "values": entry["values"]}
+    return {
+        "metric": name,
+        "minimize": minimize,
+        "checkpoints": curves.checkpoints,
+        "best": best,
+        "trials": trials,
+        "epochs_trained": sum(len(t["steps"]) for t in trials),
+    }
+
+
+def _plot(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    final = report["checkpoints"][-1]
+    for trial in report["trials"]:
+        style = {"color": "0.6", "lw": 1.0, "alpha": 0.8}
+        if trial["stopped"]:
+            style.update(color="tab:red", ls="--", alpha=0.6)
+        elif trial["status"] == "RUNNING":
+            style.update(color="tab:blue", alpha=0.9)
+        ax.plot(trial["steps"], trial["values"], **style)
+        if trial["stopped"]:
+            ax.plot(trial["steps"][-1], trial["values"][-1], "x", color="tab:red")
+        if "predicted_final" in trial:
+            p = trial["predicted_final"]
+            color = "tab:red" if trial["stopped"] else "tab:blue"
+            ax.errorbar(final, p["mean"], yerr=[[p["mean"] - p["q05"]], [p["q95"] - p["mean"]]],
+                        fmt="o", ms=3, color=color, alpha=0.5, capsize=2)
+    if report["best"] is not None:
+        best = report["best"]
+        ax.plot(best["steps"], best["values"], color="black", lw=2.5,
+                label=f"best: trial {best['trial_index']} ({best['final']:.4g})")
+    # Legend proxies for the styles above.
+    ax.plot([], [], color="0.6", label="completed")
+    ax.plot([], [], color="tab:red", ls="--", marker="x", label="early-stopped")
+    ax.plot([], [], color="tab:blue", label="running")
+    ax.errorbar([], [], yerr=[], fmt="o", color="tab:blue", alpha=0.5,
+                label="GPAR final-value 90% band")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(report["metric"])
+    ax.set_title(f"{len(report['trials'])} trials, {report['epochs_trained']} epochs trained")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_report(
+    experiment: Experiment, strategy: GPAREarlyStoppingStrategy, directory: str | Path
+) -> dict[str, Any]:
+    """Write ``report.json`` and ``report.png`` to ``directory``; return the report."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    report = build_report(experiment, strategy)
+    partial = directory / "report.json.partial"
+    partial.write_text(json.dumps(report, indent=2))
+    os.replace(partial, directory / "report.json")
+    _plot(report, directory / "report.png")
+    return report

@@ -1,0 +1,338 @@
+r"""The tuning loop: Ax's ``Orchestrator`` + GPAR + early stopping under an epoch budget.
+
+``tune`` runs (or resumes) an experiment in one output directory:
+
+* ``snapshot.json``: Ax's JSON encoding of the experiment and generation
+  strategy, rewritten atomically after every poll of the Orchestrator;
+* ``runs/``: the trials' progress files (:mod:`gpar_bo.ax.jobs`);
+* ``report.json`` / ``report.png``: :mod:`gpar_bo.ax.report`, refreshed as it runs.
+
+If ``snapshot.json`` exists, the loop resumes it: trials that completed since the
+last snapshot are recovered from their progress files, trials that were running
+(their process died with the old loop) are marked FAILED, and generation goes on
+from the stored generation strategy.
+
+The budget counts epochs: no new trial starts once the epochs trained plus those
+the running trials may still train, plus one full trial, would exceed it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ax.api.utils.instantiation.from_string import optimization_config_from_string
+from ax.core.experiment import Experiment
+from ax.core.parameter import ParameterType, RangeParameter
+from ax.core.search_space import SearchSpace
+from ax.core.trial_status import TrialStatus
+from ax.generation_strategy.generation_strategy import GenerationStrategy
+from ax.global_stopping.strategies.base import BaseGlobalStoppingStrategy
+from ax.orchestration.orchestrator import Orchestrator, OrchestratorOptions
+from ax.storage.json_store.decoder import generation_strategy_from_json, object_from_json
+from ax.storage.json_store.encoder import object_to_json
+from ax.storage.json_store.registry import (
+    CORE_CLASS_DECODER_REGISTRY,
+    CORE_CLASS_ENCODER_REGISTRY,
+)
+
+from gpar_bo.ax.early_stopping import GPAREarlyStoppingStrategy
+from gpar_bo.ax.generation import gpar_generation_strategy
+from gpar_bo.ax.report import write_report
+from gpar_bo.ax.runner import CurveMetric, CurveRunner, json_registries
+
+__all__ = [
+    "EpochBudget",
+    "TuningProblem",
+    "load_snapshot",
+    "mnist_problem",
+    "save_snapshot",
+    "toy_problem",
+    "tune",
+]
+
+logger = logging.getLogger(__name__)
+
+SNAPSHOT = "snapshot.json"
+
+
+@dataclass
+class TuningProblem:
+    """What to tune: parameters, the training job and its learning-curve metric.
+
+    Attributes:
+        name: The experiment name.
+        parameters: Ax ``RangeParameter``\\ s of the search space.
+        metric: The objective metric reported every epoch (minimised).
+        epochs: Epochs per full trial; the checkpoints are 1..epochs.
+        train: The training function, ``"module:function"`` (:mod:`gpar_bo.ax.jobs`).
+        train_kwargs: Its keyword arguments (JSON-serialisable).
+        tracking_metrics: Further values the job reports, recorded but not optimised.
+    """
+
+    name: str
+    parameters: list[RangeParameter]
+    metric: str
+    epochs: int
+    train: str
+    train_kwargs: dict[str, Any] = field(default_factory=dict)
+    tracking_metrics: list[str] = field(default_factory=list)
+
+    @property
+    def checkpoints(self) -> list[int]:
+        return list(range(1, self.epochs + 1))
+
+
+def mnist_problem(
+    epochs: int = 10, data_dir: str | None = None, seed: int = 0, max_examples: int | None = None
+) -> TuningProblem:
+    """The six MLP hyperparameters of :mod:`gpar_bo.mnist` (paper ranges), on validation error.
+
+    Args:
+        epochs: Epochs per full trial.
+        data_dir: An MNIST IDX directory; None for the embedded 5k digits.
+        seed: Base training seed (trial i uses ``seed + i``).
+        max_examples: Use only this many digits (smoke tests).
+    """
+    from gpar_bo.mnist import GRID
+
+    def bounds(name: str) -> tuple[float, float]:
+        return float(min(GRID[name])), float(max(GRID[name]))
+
+    integer = ParameterType.INT
+    parameters = [
+        RangeParameter("n_hidden_layers", integer, *bounds("n_hidden_layers")),
+        RangeParameter("n_neurons", integer, *bounds("n_neurons")),
+        RangeParameter("dropout", ParameterType.FLOAT, *bounds("dropout")),
+        RangeParameter("log_learning_rate", ParameterType.FLOAT, *bounds("log_learning_rate")),
+        RangeParameter("log_l1", ParameterType.FLOAT, *bounds("log_l1")),
+        RangeParameter("log_l2", ParameterType.FLOAT, *bounds("log_l2")),
+    ]
+    kwargs: dict[str, Any] = {"epochs": epochs, "data_dir": data_dir, "seed": seed}
+    if max_examples is not None:
+        kwargs["max_examples"] = max_examples
+    return TuningProblem(
+        name="mnist_mlp", parameters=parameters, metric="val_error", epochs=epochs,
+        train="gpar_bo.ax.jobs:train_mnist_mlp", train_kwargs=kwargs,
+        tracking_metrics=["val_loss"],
+    )
+
+
+def toy_problem(epochs: int = 8, seconds_per_epoch: float = 0.0) -> TuningProblem:
+    """Synthetic learning curves on [0, 1]^2 (:func:`gpar_bo.ax.jobs.train_toy_curves`)."""
+    return TuningProblem(
+        name="toy_curves",
+        parameters=[RangeParameter(n, ParameterType.FLOAT, 0.0, 1.0) for n in ("x1", "x2")],
+        metric="error", epochs=epochs, train="gpar_bo.ax.jobs:train_toy_curves",
+        train_kwargs={"epochs": epochs, "seconds_per_epoch": seconds_per_epoch},
+    )
+
+
+class EpochBudget(BaseGlobalStoppingStrategy):
+    """Stop starting trials when another full trial could exceed an epoch budget.
+
+    Args:
+        budget: Total training epochs allowed.
+        metric: The per-epoch metric whose steps count the epochs trained.
+        epochs: Epochs of a full trial.
+    """
+
+    def __init__(self, budget: int, metric: str, epochs: int) -> None:
+        super().__init__(min_trials=0, inactive_when_pending_trials=False)
+        self.budget, self.metric, self.epochs = budget, metric, epochs
+
+    def _trained_by_trial(self, experiment: Experiment) -> dict[int, int]:
+        df = experiment.lookup_data().full_df
+        if df.empty or "step" not in df:
+            return {}
+        df = df[df["metric_name"] == self.metric].dropna(subset=["step"])
+        return {int(t): int(s) for t, s in df.groupby("trial_index")["step"].max().items()}
+
+    def trained(self, experiment: Experiment) -> int:
+        """Epochs trained so far (as far as fetched data shows)."""
+        return sum(self._trained_by_trial(experiment).values())
+
+    def committed(self, experiment: Experiment) -> int:
+        """Epochs trained, plus the rest of a full run for every running trial."""
+        trained = self._trained_by_trial(experiment)
+        return sum(
+            self.epochs if trial.status == TrialStatus.RUNNING else trained.get(index, 0)
+            for index, trial in experiment.trials.items()
+        )
+
+    def _should_stop_optimization(self, experiment: Experiment) -> tuple[bool, str]:
+        committed = self.committed(experiment)
+        if committed + self.epochs > self.budget:
+            return True, f"Epoch budget: {committed} of {self.budget} epochs committed."
+        return False, ""
+
+
+def save_snapshot(path: str | Path, experiment: Experiment, strategy: GenerationStrategy) -> None:
+    """Write Ax's JSON encoding of the experiment and strategy, atomically."""
+    encoders, _ = json_registries()
+    encode = {"encoder_registry": encoders, "class_encoder_registry": CORE_CLASS_ENCODER_REGISTRY}
+    snapshot = {
+        "experiment": object_to_json(experiment, **encode),
+        "generation_strategy": object_to_json(strategy, **encode),
+    }
+    path = Path(path)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(snapshot))
+    os.replace(partial, path)  # a kill mid-write leaves the previous snapshot intact
+
+
+def load_snapshot(path: str | Path) -> tuple[Experiment, GenerationStrategy]:
+    """Read a snapshot written by :func:`save_snapshot`."""
+    _, decoders = json_registries()
+    decode = {"decoder_registry": decoders, "class_decoder_registry": CORE_CLASS_DECODER_REGISTRY}
+    snapshot = json.loads(Path(path).read_text())
+    experiment = object_from_json(snapshot["experiment"], **decode)
+    strategy = generation_strategy_from_json(snapshot["generation_strategy"],
+                                             experiment=experiment, **decode)
+    return experiment, strategy
+
+
+def _best_final(experiment: Experiment, metric: str, epochs: int) -> float | None:
+    """The lowest final-epoch value of a completed trial (None before one completes)."""
+    df = experiment.lookup_data().full_df
+    if df.empty or "step" not in df:
+        return None
+    completed = {t.index for t in experiment.trials_by_status[TrialStatus.COMPLETED]}
+    final = df[(df["metric_name"] == metric) & (df["step"] == epochs)
+               & df["trial_index"].isin(completed)]
+    return None if final.empty else float(final["mean"].min())
+
+
+def _new_experiment(problem: TuningProblem, runner: CurveRunner) -> Experiment:
+    return Experiment(
+        name=problem.name,
+        search_space=SearchSpace(parameters=list(problem.parameters)),
+        optimization_config=optimization_config_from_string(f"-{problem.metric}"),
+        metrics=[CurveMetric(problem.metric)],
+        tracking_metrics=[CurveMetric(m, lower_is_better=None) for m in problem.tracking_metrics],
+        runner=runner,
+        properties={"gpar_bo": {"train": problem.train, "epochs": problem.epochs}},
+    )
+
+
+def tune(
+    problem: TuningProblem,
+    directory: str | Path,
+    budget_epochs: int,
+    *,
+    workers: int = 2,
+    num_sobol_trials: int = 6,
+    threshold: float = 0.05,
+    min_epochs: int = 2,
+    use_dask: bool = False,
+    scheduler_address: str | None = None,
+    seed: int = 0,
+    progress: bool = True,
+    fit_kwargs: Mapping[str, Any] | None = None,
+    acqf_optimizer_kwargs: Mapping[str, Any] | None = None,
+    poll_seconds: float = 1.0,
+    report_seconds: float = 30.0,
+    max_trials: int | None = None,
+) -> dict[str, Any]:
+    """Tune ``problem`` under an epoch budget; resume if ``directory`` has a snapshot.
+
+    Args:
+        problem: What to tune.
+        directory: Output directory (snapshot, progress files, report).
+        budget_epochs: Total training epochs.
+        workers: Trials trained in parallel.
+        num_sobol_trials: Sobol trials before GPAR (GPAR also waits for two
+            complete trials).
+        threshold: Early-stop a trial when GPAR gives it less than this
+            probability of beating the best final value.
+        min_epochs: Epochs a trial trains before it can be stopped.
+        use_dask: Run trials on ``dask.distributed`` (``scheduler_address`` or a
+            ``LocalCluster``) instead of local processes.
+        scheduler_address: Address of an existing dask scheduler.
+        seed: Seed of the Sobol points and of the early-stopping samples.
+        progress: Show a progress bar over the budget.
+        fit_kwargs: ``fit_gpytorch_mll`` arguments for GPAR's conditionals.
+        acqf_optimizer_kwargs: ``optimize_acqf`` arguments for GPAR's acquisition.
+        poll_seconds: Seconds between polls of running trials.
+        report_seconds: Minimum seconds between refreshes of the report.
+        max_trials: Also stop after this many trials in total (default: budget only).
+
+    Returns:
+        The final report (see :func:`gpar_bo.ax.report.build_report`).
+    """
+    from tqdm.auto import tqdm
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    snapshot = directory / SNAPSHOT
+    runner = CurveRunner(problem.train, str(directory / "runs"), problem.train_kwargs,
+                         max_workers=workers, use_dask=use_dask,
+                         scheduler_address=scheduler_address)
+    if snapshot.exists():
+        experiment, strategy = load_snapshot(snapshot)
+        stored = experiment.properties.get("gpar_bo", {})
+        if experiment.name != problem.name or stored.get("epochs") != problem.epochs:
+            raise ValueError(
+                f"{directory} holds experiment {experiment.name!r} with {stored.get('epochs')} "
+                f"epochs per trial, not {problem.name!r} with {problem.epochs}; use another "
+                "output directory to start a new experiment."
+            )
+        # A fresh runner (same job) owns no jobs, so it reports the trials that were
+        # running as FAILED, and recovers any that finished since the snapshot.
+        runner = CurveRunner(runner.train, runner.directory,
+                             dict(experiment.runner.train_kwargs), workers, use_dask,
+                             scheduler_address)
+        experiment.runner = runner
+        logger.info("Resuming %s: %d trials so far.", snapshot, len(experiment.trials))
+    else:
+        experiment = _new_experiment(problem, runner)
+        strategy = gpar_generation_strategy(
+            problem.checkpoints, metric_name=problem.metric, num_sobol_trials=num_sobol_trials,
+            seed=seed, fit_kwargs=fit_kwargs, acqf_optimizer_kwargs=acqf_optimizer_kwargs,
+        )
+    early_stopping = GPAREarlyStoppingStrategy(
+        problem.checkpoints, metric_name=problem.metric, threshold=threshold,
+        min_progression=min_epochs, fit_kwargs=fit_kwargs, seed=seed,
+    )
+    budget = EpochBudget(budget_epochs, problem.metric, problem.epochs)
+    orchestrator = Orchestrator(
+        experiment=experiment,
+        generation_strategy=strategy,
+        options=OrchestratorOptions(
+            max_pending_trials=workers,
+            early_stopping_strategy=early_stopping,
+            global_stopping_strategy=budget,
+            init_seconds_between_polls=0,
+            min_seconds_before_poll=poll_seconds,
+            seconds_between_polls_backoff_factor=1.0,
+            logging_level=logging.WARNING if progress else logging.INFO,
+            # Interrupted trials are FAILED on resume; they must not end the run.
+            min_failed_trials_for_failure_rate_check=max(5, workers + 1),
+        ),
+    )
+    remaining = (max_trials - len(experiment.trials)) if max_trials is not None else 10**6
+    bar = tqdm(total=budget_epochs, unit="epoch", disable=not progress, desc="tuning")
+    last_report = -math.inf
+    try:
+        for _ in orchestrator.run_trials_and_yield_results(max_trials=max(remaining, 0)):
+            save_snapshot(snapshot, experiment, strategy)
+            if time.monotonic() - last_report > report_seconds:
+                write_report(experiment, early_stopping, directory)
+                last_report = time.monotonic()
+            bar.n = min(budget.trained(experiment), budget_epochs)
+            best = _best_final(experiment, problem.metric, problem.epochs)
+            bar.set_postfix(trials=len(experiment.trials),
+                            best="-" if best is None else f"{best:.4f}")
+            bar.refresh()
+    finally:
+        bar.close()
+        save_snapshot(snapshot, experiment, strategy)
+        runner.shutdown()
+    return write_report(experiment, early_stopping, directory)
