@@ -25,7 +25,7 @@ from linear_operator.utils.warnings import NumericalWarning
 from torch import Tensor
 from torch.quasirandom import SobolEngine
 
-from gpar_bo.prediction import ConditionalPredictor
+from gpar_bo.prediction import ConditionalPredictor, Features
 
 #: Sample paths behind ``GPARPosterior.mean`` and ``.variance``.
 NUM_MOMENT_SAMPLES = 256
@@ -144,68 +144,120 @@ class GPARPosterior(Posterior):
         """
         if base_samples.shape[: len(sample_shape)] != sample_shape:
             raise RuntimeError("`sample_shape` disagrees with `base_samples`.")
-        eps = base_samples.expand(sample_shape + self.base_sample_shape)
-        reported, _, _ = self._propagate(eps)
+        reported, _, _ = self._propagate(sample_shape, base_samples)
         return self._transform(reported)
 
     def _transform(self, reported: Tensor) -> Tensor:
         samples = reported[..., self.output_indices]
         return samples if self.sample_transform is None else self.sample_transform(samples)
 
-    def _propagate(self, eps: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Run the chain of conditionals on standard normals ``eps``.
+    def _shared_points(self, base_samples: Tensor, sample_ndim: int) -> int:
+        """How many leading points every t-batch shares, with shared normals.
+
+        qLogNEI evaluates ``cat(X_baseline, X)`` for every candidate ``X``. The
+        baseline's sample paths then do not depend on the candidate: they are
+        drawn once, and each candidate is sampled conditionally on them (the
+        GPAR analogue of BoTorch's ``cache_root``), instead of factorising a
+        ``(n + q) x (n + q)`` covariance per sample and candidate.
+        """
+        batch_dims = range(sample_ndim, base_samples.dim() - 2)
+        # BoTorch's samplers pass one draw expanded over the t-batches (stride 0).
+        broadcast = all(
+            base_samples.shape[i] == 1 or base_samples.stride(i) == 0 for i in batch_dims
+        )
+        if self.X.dim() < 3 or not broadcast:
+            return 0
+        flat = self.X.detach().reshape(-1, *self.X.shape[-2:])
+        same = (flat == flat[:1]).all(-1).all(0)
+        return int(same.long().cumprod(0).sum())
+
+    def _propagate(
+        self, sample_shape: torch.Size, base_samples: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Run the chain of conditionals on standard normals.
+
+        The points are split into a block ``B`` shared by all t-batches (see
+        ``_shared_points``; often empty) and the rest ``C``. For each output,
+        ``B`` is sampled jointly, then ``C`` jointly within each t-batch and
+        conditionally on ``B``'s draw, which together is the exact joint draw
+        ``mean + chol(K) eps`` over ``B`` and ``C``.
 
         Args:
-            eps: A ``sample_shape x batch_shape x q x M`` tensor.
+            sample_shape: The sample shape ``S``.
+            base_samples: ``S x batch_shape x q x M`` standard normals (batch
+                dimensions may be 1).
 
         Returns:
             The reported samples and, per output, the conditional mean and
             variance of the reported value given the sampled earlier outputs
-            (all ``sample_shape x batch_shape x q x M``).
+            (all ``S x batch_shape x q x M``).
         """
-        lead = eps.shape[:-1]
-        q = self.X.shape[-2]
-        fed: list[Tensor] = []
-        reported, cond_means, cond_vars = [], [], []
-        for m in range(self.num_sampled):
-            window = self.windows[m]
-            if not window:  # depends on x alone: evaluate once for all samples
-                Z = self.X
-            elif self.prefix_mask[..., window].all():
-                # Every point observed these outputs (e.g. a baseline of
-                # training runs): the inputs are the same for all samples.
-                Z = torch.cat([self.X, self.prefix_values[..., window]], -1)
-            else:
-                earlier = torch.stack([fed[j] for j in window], dim=-1)
-                Z = torch.cat([self.X.expand(lead + self.X.shape[-1:]), earlier], -1)
-            predictor = self.predictors[m]
-            mean, covar = predictor(Z, joint=q > 1)
-            noise = predictor.noise
-            e = eps[..., m]
-            if q == 1:
-                latent = mean + covar.sqrt() * e
-                noisy = mean + (covar + noise).sqrt() * e
-                variance = covar
-            else:
-                latent = mean + _matvec(_cholesky(covar), e)
-                identity = torch.eye(q, dtype=covar.dtype, device=covar.device)
-                noisy = mean + _matvec(_cholesky(covar + noise * identity), e)
-                variance = covar.diagonal(dim1=-2, dim2=-1)
-            chain = latent if self.denoise else noisy
-            fed.append(
-                torch.where(self.prefix_mask[..., m], self.prefix_values[..., m], chain)
-            )
-            if self.observation_noise:
-                reported.append(noisy)
-                variance = variance + noise
-            else:
-                reported.append(latent)
-            cond_means.append(mean.expand(lead))
-            cond_vars.append(variance.expand(lead))
-        return (
-            torch.stack(reported, -1),
-            torch.stack(cond_means, -1),
-            torch.stack(cond_vars, -1),
+        batch_shape, (q, d) = self.X.shape[:-2], self.X.shape[-2:]
+        s, b, M = sample_shape.numel(), batch_shape.numel(), self.num_sampled
+        k = self._shared_points(base_samples, len(sample_shape))
+        eps = base_samples.expand(sample_shape + self.base_sample_shape).reshape(s, b, q, M)
+        X = self.X.reshape(b, q, d)
+        mask = self.prefix_mask.reshape(b, q, M)
+        values = self.prefix_values.reshape(b, q, M)
+        shared = _Block(X[0, :k], mask[0, :k], values[0, :k], eps[:, 0, :k])
+        rest = _Block(X[:, k:], mask[:, k:], values[:, k:], eps[:, :, k:])
+        for m in range(M):
+            predictor, window = self.predictors[m], self.windows[m]
+            chain_B = chain_C = None
+            if k:
+                fB = predictor.features(shared.inputs(window))
+                cov_B = predictor.covariance(fB, fB)
+                eye = torch.eye(k, dtype=cov_B.dtype, device=cov_B.device)
+                chol_f, chol_y = _cholesky(cov_B), _cholesky(cov_B + predictor.noise * eye)
+                e_B = shared.eps[..., m]
+                chain_B = (
+                    fB.mean + _matvec(chol_f, e_B),
+                    fB.mean + _matvec(chol_y, e_B),
+                    fB.mean,
+                    cov_B.diagonal(dim1=-2, dim2=-1),
+                )
+                shared.record(m, *chain_B, predictor.noise, self)
+            if q > k:
+                Z_C = rest.inputs(window)  # (1 | s) x b x q_c x D
+                fC = predictor.features(Z_C)
+                var_C = predictor.variance(fC)
+                mean_f = mean_y = fC.mean
+                if k:
+                    cross = predictor.covariance(*_common_leading(fC, fB))
+                    cross = cross.reshape(cross.shape[0], -1, k)  # . x (b q_c) x k
+                    # Regression of C's draw on B's: chol_B^{-1} cross^T.
+                    A_f = torch.linalg.solve_triangular(chol_f, cross.mT, upper=False).mT
+                    A_y = torch.linalg.solve_triangular(chol_y, cross.mT, upper=False).mT
+                    shape = Z_C.shape[1:-1]  # b x q_c
+                    mean_f = mean_f + _matvec(A_f, e_B).view(-1, *shape)
+                    mean_y = mean_y + _matvec(A_y, e_B).view(-1, *shape)
+                    A_f = A_f.view(A_f.shape[0], *shape, k)
+                    A_y = A_y.view(A_y.shape[0], *shape, k)
+                e_C = rest.eps[..., m]
+                if q - k == 1:
+                    cond_f, cond_y = var_C, var_C + predictor.noise
+                    if k:
+                        cond_f = cond_f - A_f.pow(2).sum(-1)
+                        cond_y = cond_y - A_y.pow(2).sum(-1)
+                    latent = mean_f + _safe_sqrt(cond_f) * e_C
+                    noisy = mean_y + _safe_sqrt(cond_y) * e_C
+                else:
+                    cov_C = predictor.covariance(fC, fC)
+                    eye = torch.eye(q - k, dtype=cov_C.dtype, device=cov_C.device)
+                    cond_f, cond_y = cov_C, cov_C + predictor.noise * eye
+                    if k:
+                        cond_f = cond_f - A_f @ A_f.mT
+                        cond_y = cond_y - A_y @ A_y.mT
+                    latent = mean_f + _matvec(_cholesky(cond_f), e_C)
+                    noisy = mean_y + _matvec(_cholesky(cond_y), e_C)
+                chain_C = (latent, noisy, fC.mean, var_C)
+                rest.record(m, *chain_C, predictor.noise, self)
+        parts = [shared.stacked(s, b)] if k else []
+        parts += [rest.stacked(s, b)] if q > k else []
+        out_shape = sample_shape + batch_shape + torch.Size([q, M])
+        return tuple(
+            torch.cat([part[i] for part in parts], dim=-2).reshape(out_shape)
+            for i in range(3)
         )
 
     @cached_property
@@ -218,8 +270,7 @@ class GPARPosterior(Posterior):
             generator = torch.Generator().manual_seed(0)
             normals = torch.randn(n, dim, generator=generator, dtype=self.dtype)
         eps = normals.view(n, *([1] * (self.X.dim() - 2)), *self.base_sample_shape[-2:])
-        eps = eps.expand(torch.Size([n]) + self.base_sample_shape)
-        reported, cond_means, cond_vars = self._propagate(eps)
+        reported, cond_means, cond_vars = self._propagate(torch.Size([n]), eps)
         if self.sample_transform is not None:
             samples = self._transform(reported)
             return samples.mean(0), samples.var(0)
@@ -237,6 +288,73 @@ class GPARPosterior(Posterior):
     def variance(self) -> Tensor:
         """``batch_shape x q x m`` posterior variance (see the class docstring)."""
         return self._moments[1]
+
+
+class _Block:
+    """Points sampled together: their inputs, prefixes, normals and chain.
+
+    Leading dimension of every tensor: the samples (``s``), or 1 where a
+    quantity does not depend on the sample path.
+    """
+
+    def __init__(self, X: Tensor, mask: Tensor, values: Tensor, eps: Tensor) -> None:
+        self.X, self.mask, self.values, self.eps = X, mask, values, eps
+        self.fed: list[Tensor] = []  # per output: the values later outputs see
+        self.reported: list[Tensor] = []
+        self.cond_means: list[Tensor] = []
+        self.cond_vars: list[Tensor] = []
+
+    def inputs(self, window: list[int]) -> Tensor:
+        """``(1 | s) x points x D`` inputs of a conditional seeing ``window``."""
+        if not window:  # x alone: the same for every sample
+            return self.X.unsqueeze(0)
+        if self.mask[..., window].all():  # observed earlier outputs only
+            return torch.cat([self.X, self.values[..., window]], -1).unsqueeze(0)
+        earlier = torch.stack(torch.broadcast_tensors(*[self.fed[j] for j in window]), -1)
+        return torch.cat([self.X.expand(*earlier.shape[:-1], self.X.shape[-1]), earlier], -1)
+
+    def record(
+        self,
+        m: int,
+        latent: Tensor,
+        noisy: Tensor,
+        mean: Tensor,
+        variance: Tensor,
+        noise: Tensor,
+        posterior: GPARPosterior,
+    ) -> None:
+        shape = self.eps.shape[:-1]
+        chain = latent if posterior.denoise else noisy
+        self.fed.append(torch.where(self.mask[..., m], self.values[..., m], chain))
+        self.reported.append(noisy if posterior.observation_noise else latent)
+        if posterior.observation_noise:
+            variance = variance + noise
+        self.cond_means.append(mean.view(-1, *shape[1:]).expand(shape))
+        self.cond_vars.append(variance.view(-1, *shape[1:]).expand(shape))
+
+    def stacked(self, s: int, b: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Reported values, conditional means and variances: ``s x b x p x M``."""
+        return tuple(
+            torch.stack(values, -1).view(s, -1, *self.eps.shape[-2:-1], len(values)).expand(
+                s, b, -1, -1
+            )
+            for values in (self.reported, self.cond_means, self.cond_vars)
+        )
+
+
+def _common_leading(a: Features, b: Features) -> tuple[Features, Features]:
+    """Give C's flattened features and B's features the same leading size."""
+    a = Features(*(t.reshape(t.shape[0], -1, *t.shape[3:]) for t in a))
+    size = max(a.inputs.shape[0], b.inputs.shape[0])
+    return (
+        Features(*(t.expand(size, *t.shape[1:]) for t in a)),
+        Features(*(t.expand(size, *t.shape[1:]) for t in b)),
+    )
+
+
+def _safe_sqrt(variance: Tensor) -> Tensor:
+    # Guard the gradient of sqrt at exactly zero variance.
+    return variance.clamp_min(1e-12).sqrt()
 
 
 def _cholesky(covar: Tensor) -> Tensor:

@@ -165,3 +165,23 @@ def test_bad_posterior_inputs(curve_model: GPARModel) -> None:
         curve_model.posterior(torch.rand(1, 2, dtype=torch.double), observation_noise=torch.ones(1))
     with pytest.raises(ValueError, match="Y must be"):
         curve_model.condition_on_observations(torch.rand(1, 2, dtype=torch.double), torch.ones(1, 3))
+
+
+@pytest.mark.parametrize("q", [1, 3])
+def test_shared_baseline_block_matches_joint_sampling(curve_model: GPARModel, q: int) -> None:
+    # qLogNEI's layout: the same baseline leads every t-batch, then candidates.
+    baseline = curve_model.train_X[:12]
+    candidates = torch.rand(4, q, 2, dtype=torch.double)
+    X = torch.cat([baseline.expand(4, 12, 2), candidates], dim=1)
+    base = torch.randn(16, 1, 12 + q, 5, dtype=torch.double)
+    posterior = curve_model.posterior(X)
+    assert posterior._shared_points(base, sample_ndim=1) == 12
+    # Samplers hand over an expanded view; distinct draws per t-batch are not shared.
+    assert posterior._shared_points(base.expand(16, 4, 12 + q, 5), sample_ndim=1) == 12
+    assert posterior._shared_points(torch.randn(16, 4, 12 + q, 5), sample_ndim=1) == 0
+    batched = posterior.rsample_from_base_samples(torch.Size([16]), base)
+    for i in range(4):
+        alone = curve_model.posterior(X[i])
+        assert alone._shared_points(base[:, 0], sample_ndim=1) == 0
+        joint = alone.rsample_from_base_samples(torch.Size([16]), base[:, 0])
+        torch.testing.assert_close(batched[:, i], joint, rtol=0, atol=1e-5)
