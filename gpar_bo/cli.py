@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from gpar_bo.ax.cli import add_tune_parser
 from gpar_bo.mnist.cli import add_generate_parser
 
 
@@ -15,6 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
     add_generate_parser(subparsers)
+    add_tune_parser(subparsers)
     return parser
 
 

@@ -49,6 +49,7 @@ from botorch.fit import fit_gpytorch_mll
 from botorch.models.model import Model
 from botorch.posteriors import Posterior
 from botorch.posteriors.transformed import TransformedPosterior
+from botorch.sampling.normal import SobolQMCNormalSampler
 from botorch.utils.datasets import SupervisedDataset
 from torch import Tensor
 
@@ -341,6 +342,7 @@ def gpar_generation_strategy(
     botorch_acqf_class: type[AcquisitionFunction] | None = None,
     fit_kwargs: Mapping[str, Any] | None = None,
     acqf_optimizer_kwargs: Mapping[str, Any] | None = None,
+    mc_samples: int | None = None,
     seed: int | None = None,
 ) -> GenerationStrategy:
     r"""Sobol initialisation, then GPAR in Ax's modular BoTorch generator.
@@ -366,6 +368,12 @@ def gpar_generation_strategy(
             (e.g. ``{"optimizer_kwargs": {"options": {"maxiter": 100}}}`` for speed).
         acqf_optimizer_kwargs: Keyword arguments for BoTorch's ``optimize_acqf``
             (e.g. ``{"num_restarts": 4, "raw_samples": 128}``); Ax's defaults if None.
+            The ``options`` keys depend on the optimiser Ax picks: ``maxiter`` for
+            continuous search spaces, ``maxiter_alternating`` etc. with integer
+            parameters (BoTorch's ``optimize_acqf_mixed_alternating``).
+        mc_samples: Quasi-MC samples of the acquisition function (BoTorch's 512 if
+            None). GPAR samples its outputs in sequence, so the acquisition cost
+            grows with samples x checkpoints; 64 is a good speed/noise trade-off.
         seed: Seed of the Sobol sequence.
 
     Returns:
@@ -426,6 +434,10 @@ def gpar_generation_strategy(
     }
     if botorch_acqf_class is not None:
         generator_kwargs["botorch_acqf_class"] = botorch_acqf_class
+    if mc_samples is not None:
+        generator_kwargs["botorch_acqf_options"] = {
+            "sampler": SobolQMCNormalSampler(sample_shape=torch.Size([mc_samples]), seed=seed)
+        }
     gen_kwargs: dict[str, Any] = {}
     if acqf_optimizer_kwargs is not None:
         gen_kwargs["model_gen_options"] = {"optimizer_kwargs": dict(acqf_optimizer_kwargs)}

@@ -4,7 +4,7 @@ A job trains one configuration and appends one JSON line per reported step to
 its progress file, ``{"step": 3, "values": {"val_error": 0.12, ...}}``, then a
 final ``{"status": "completed" | "stopped" | "failed", ...}`` line. Before each
 step's report returns, the job checks for a stop file next to it; if present it
-stops after that step. Files work the same for local processes, a dask
+stops after that step, recording the file's text as the stop reason. Files work the same for local processes, a dask
 ``LocalCluster`` and any cluster whose workers share the filesystem, and they
 survive a restart of the tuning process.
 
@@ -102,9 +102,11 @@ def run_training_job(
         _append(progress, {"status": "failed", "error": "".join(
             traceback.format_exception_only(type(error), error)).strip()})
         raise
-    status = "stopped" if stopped else "completed"
-    _append(progress, {"status": status})
-    return status
+    if stopped:
+        _append(progress, {"status": "stopped", "reason": stop.read_text()})
+        return "stopped"
+    _append(progress, {"status": "completed"})
+    return "completed"
 
 
 def train_toy_curves(

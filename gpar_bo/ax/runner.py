@@ -40,6 +40,10 @@ from gpar_bo.ax.jobs import read_progress, run_training_job
 
 __all__ = ["CurveMetric", "CurveRunner", "json_registries", "registry_bundle"]
 
+#: Stop reason of jobs stopped because the tuning process ended or lost them; such
+#: trials are FAILED (interrupted), not EARLY_STOPPED.
+INTERRUPTED = "interrupted: the tuning process stopped or lost this job"
+
 
 class CurveMetric(MapMetric):
     """One value of a trial's progress file, at every step reported so far.
@@ -139,11 +143,12 @@ class CurveRunner(Runner):
         return self._executor
 
     def shutdown(self, stop_running: bool = True) -> None:
-        """Stop the executor (and, by default, ask running jobs to stop first)."""
+        """Stop the executor; by default running jobs stop after their current step
+        and are reported FAILED (interrupted) if the experiment is resumed."""
         if stop_running:
             for index, future in self._futures.items():
                 if not future.done():
-                    self._stop_file(index).touch()
+                    self._stop_file(index).write_text(INTERRUPTED)
         if self._executor is not None:
             if self.use_dask:
                 cluster = getattr(self._executor, "cluster", None)
@@ -195,19 +200,22 @@ class CurveRunner(Runner):
                 status = {"completed": TrialStatus.COMPLETED,
                           "stopped": TrialStatus.EARLY_STOPPED}.get(record["status"],
                                                                     TrialStatus.FAILED)
+                if record.get("reason") == INTERRUPTED:
+                    status = TrialStatus.FAILED
             elif future is not None and not future.done():
                 status = TrialStatus.RUNNING
             else:
                 # No live job writes this file: the process that ran it is gone.
-                self._stop_file(trial.index).touch()  # in case an orphan still runs
+                # In case an orphaned job still runs.
+                self._stop_file(trial.index).write_text(INTERRUPTED)
                 status = TrialStatus.FAILED
             statuses.setdefault(status, set()).add(trial.index)
         return statuses
 
     def poll_exception(self, trial: BaseTrial) -> str:
         _, record = read_progress(self._progress_file(trial.index))
-        if record is not None and record.get("error"):
-            return str(record["error"])
+        if record is not None and (record.get("error") or record.get("reason")):
+            return str(record.get("error") or record.get("reason"))
         return "The job ended without a final status (the process running it died)."
 
     def stop(self, trial: BaseTrial, reason: str | None = None) -> dict[str, Any]:
