@@ -404,12 +404,17 @@ class GPARModel(Model):
             use_rbf_kernel=self.use_rbf_kernel,
             outcome_transform=getattr(self, "outcome_transform", None),
         )
-        # Keep the hyperparameters; the new model normalises its own data.
-        hyperparameters = {
-            k: v for k, v in self.state_dict().items() if "_transform." not in k
-        }
-        model.load_state_dict(hyperparameters, strict=False)
+        model.load_state_dict(self.hyperparameters(), strict=False)
         return model
+
+    def hyperparameters(self) -> dict[str, Tensor]:
+        """The state dict without the data-derived input/outcome transforms.
+
+        For carrying fitted hyperparameters over to a model on other data
+        (``load_state_dict(..., strict=False)``), which then normalises and
+        standardises its own data.
+        """
+        return {k: v for k, v in self.state_dict().items() if "_transform." not in k}
 
     def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> Any:
         """Load hyperparameters, then recompute imputed/denoised inputs."""
