@@ -30,16 +30,27 @@ from botorch.models import SingleTaskGP
 from botorch.models.model import Model
 from botorch.models.transforms.input import Normalize
 from botorch.models.transforms.outcome import OutcomeTransform, Standardize
+from botorch.models.utils.gpytorch_modules import (
+    get_gaussian_likelihood_with_lognormal_prior,
+)
 from botorch.posteriors import Posterior
+from gpytorch.kernels import InducingPointKernel
 from gpytorch.likelihoods import Likelihood
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from torch import Tensor
 from torch.nn import ModuleList
+from torch.quasirandom import SobolEngine
 
 from gpar_bo.data import check_inputs, check_training_data, resolve_output_names
 from gpar_bo.kernels import KernelFamily, conditional_kernel
 from gpar_bo.posterior import GPARPosterior
 from gpar_bo.prediction import ConditionalPredictor
+
+
+#: Conditionals with more training rows than this use inducing points by default.
+SPARSE_ABOVE = 1000
+#: Inducing points per conditional when they are switched on automatically.
+DEFAULT_NUM_INDUCING = 256
 
 
 class GPARModel(Model):
@@ -66,6 +77,16 @@ class GPARModel(Model):
             to ``train_Y`` before modelling (e.g. ``Log()`` for error rates);
             the posterior is untransformed by sampling. Each conditional also
             standardises its own targets.
+        num_inducing: Fit every conditional with the variational inducing-point
+            method of Titsias (2009) (GPyTorch's ``InducingPointKernel``, the
+            collapsed SGPR bound) with this many inducing points. By default a
+            conditional with more than ``SPARSE_ABOVE`` (1,000) training rows
+            uses ``DEFAULT_NUM_INDUCING`` (256), the others are exact. As in the
+            paper, inducing inputs are fixed and regularly spaced in x (a grid
+            for one input, a Sobol sequence otherwise) and, for the earlier
+            outputs, the earlier conditionals' posterior means at those x.
+        learn_inducing_points: Optimise the inducing inputs with the
+            hyperparameters instead.
     """
 
     def __init__(
@@ -79,17 +100,35 @@ class GPARModel(Model):
         denoise: bool = False,
         use_rbf_kernel: bool = True,
         outcome_transform: OutcomeTransform | None = None,
+        num_inducing: int | None = None,
+        learn_inducing_points: bool = False,
     ) -> None:
         super().__init__()
+        # Everything but the data, to rebuild the model on more data.
+        self._options = {
+            "output_names": output_names,
+            "kernel": kernel,
+            "markov": markov,
+            "impute": impute,
+            "denoise": denoise,
+            "use_rbf_kernel": use_rbf_kernel,
+            "outcome_transform": outcome_transform,
+            "num_inducing": num_inducing,
+            "learn_inducing_points": learn_inducing_points,
+        }
         observed = check_training_data(train_X, train_Y, impute=impute)
         if markov is not None and markov < 0:
             raise ValueError(f"markov must be None or >= 0; got {markov}.")
+        if num_inducing is not None and num_inducing < 1:
+            raise ValueError(f"num_inducing must be None or >= 1; got {num_inducing}.")
         self.output_names = resolve_output_names(output_names, train_Y.shape[-1])
         self.kernel_family = KernelFamily(kernel)
         self.markov = markov
         self.impute = impute
         self.denoise = denoise
         self.use_rbf_kernel = use_rbf_kernel
+        self.num_inducing = num_inducing
+        self.learn_inducing_points = learn_inducing_points
         self.train_X = train_X
         self.train_Y = train_Y
         self.observed = observed
@@ -157,10 +196,15 @@ class GPARModel(Model):
         inputs = self._conditional_inputs(m, rows)
         targets = self.modelled_Y[rows, m : m + 1]
         window = self.window(m)
+        num_inducing = self._num_inducing(len(targets))
         if reuse is not None:
             input_transform = reuse.input_transform
             covar_module, likelihood = reuse.covar_module, reuse.likelihood
             mean_module = reuse.mean_module
+            if num_inducing and not self.learn_inducing_points:
+                covar_module.inducing_points.data = self._inducing_inputs(
+                    m, input_transform, num_inducing
+                )
         else:
             input_transform = Normalize(
                 d=inputs.shape[-1], bounds=self._input_bounds(window)
@@ -171,7 +215,15 @@ class GPARModel(Model):
                 y_dims=len(window),
                 use_rbf_kernel=self.use_rbf_kernel,
             )
-            likelihood = mean_module = None
+            likelihood = get_gaussian_likelihood_with_lognormal_prior()
+            mean_module = None
+            if num_inducing:
+                covar_module = InducingPointKernel(
+                    covar_module,
+                    inducing_points=self._inducing_inputs(m, input_transform, num_inducing),
+                    likelihood=likelihood,
+                )
+                covar_module.inducing_points.requires_grad_(self.learn_inducing_points)
         gp = SingleTaskGP(
             inputs,
             targets,
@@ -182,6 +234,36 @@ class GPARModel(Model):
             input_transform=input_transform,
         )
         return gp.to(self.train_X)
+
+    def _num_inducing(self, num_rows: int) -> int | None:
+        if self.num_inducing is not None:
+            return self.num_inducing
+        return DEFAULT_NUM_INDUCING if num_rows > SPARSE_ABOVE else None
+
+    def _inducing_inputs(self, m: int, input_transform: Normalize, num: int) -> Tensor:
+        """Normalised inducing inputs of conditional ``m``: ``num x D``.
+
+        Regularly spaced x in the data's box, joined with the plug-in
+        posterior means of the earlier outputs at those x (the paper's recipe).
+        """
+        lower, upper = self.train_X.min(0).values, self.train_X.max(0).values
+        d = self.train_X.shape[-1]
+        if d == 1:
+            unit = torch.linspace(0, 1, num, dtype=lower.dtype).unsqueeze(-1)
+        else:
+            unit = SobolEngine(d, scramble=True, seed=0).draw(num).to(lower)
+        x = lower + (upper - lower) * unit
+        means: list[Tensor] = []  # n x 1 plug-in means of outputs 0..m-1
+        with torch.no_grad():
+            for j in range(m):
+                predictor = ConditionalPredictor(
+                    self.conditionals[j], self._conditional_inputs(j, self.observed[:, j])
+                )
+                Z = torch.cat([x, *(means[i] for i in self.window(j))], -1)
+                mean, _ = predictor(Z.unsqueeze(-2), joint=False)
+                means.append(mean)
+            inducing = torch.cat([x, *(means[j] for j in self.window(m))], -1)
+            return input_transform(inducing)
 
     def _input_bounds(self, window: list[int]) -> Tensor:
         """Fixed normalisation bounds: the data range of x and of each output."""
@@ -221,7 +303,7 @@ class GPARModel(Model):
         Keyword arguments (e.g. ``optimizer_kwargs``) go to every inner fit.
         """
         for m, gp in enumerate(self.conditionals):
-            if (self.impute or self.denoise) and m > 0:
+            if self._inputs_depend_on_fit(m):
                 gp = self._build_conditional(m, reuse=gp)
                 self.conditionals[m] = gp
             try:
@@ -251,7 +333,10 @@ class GPARModel(Model):
             targets = gp.train_targets
             with torch.no_grad():
                 marginal = gp.likelihood(gp(*gp.train_inputs))
-                value = marginal.log_prob(targets)
+                # For SGPR conditionals, the trace term of Titsias' bound.
+                value = marginal.log_prob(targets) + sum(
+                    term.loss() for term in gp.added_loss_terms()
+                )
             std = gp.outcome_transform.stdvs.squeeze()
             values.append(value - len(targets) * std.log())
             gp.eval()
@@ -394,15 +479,7 @@ class GPARModel(Model):
         if Y.dim() != 2 or Y.shape[-1] != self.num_outputs:
             raise ValueError(f"Y must be `n x {self.num_outputs}`; got {tuple(Y.shape)}.")
         model = GPARModel(
-            torch.cat([self.train_X, X]),
-            torch.cat([self.train_Y, Y.to(self.train_Y)]),
-            output_names=self.output_names,
-            kernel=self.kernel_family,
-            markov=self.markov,
-            impute=self.impute,
-            denoise=self.denoise,
-            use_rbf_kernel=self.use_rbf_kernel,
-            outcome_transform=getattr(self, "outcome_transform", None),
+            torch.cat([self.train_X, X]), torch.cat([self.train_Y, Y.to(self.train_Y)]), **self._options
         )
         model.load_state_dict(self.hyperparameters(), strict=False)
         return model
@@ -419,13 +496,19 @@ class GPARModel(Model):
     def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> Any:
         """Load hyperparameters, then recompute imputed/denoised inputs."""
         result = super().load_state_dict(state_dict, strict=strict)
-        if self.impute or self.denoise:
-            self.fed_Y = self.modelled_Y.clone()
-            for m, gp in enumerate(self.conditionals):
-                if m > 0:
-                    self.conditionals[m] = self._build_conditional(m, reuse=gp)
-                self._update_fed_values(m)
+        self.fed_Y = self.modelled_Y.clone()
+        for m, gp in enumerate(self.conditionals):
+            if self._inputs_depend_on_fit(m):
+                self.conditionals[m] = self._build_conditional(m, reuse=gp)
+            self._update_fed_values(m)
         return result
+
+    def _inputs_depend_on_fit(self, m: int) -> bool:
+        """Whether conditional m's (inducing) inputs come from earlier fits."""
+        if m == 0:
+            return False
+        sparse = isinstance(self.conditionals[m].covar_module, InducingPointKernel)
+        return self.impute or self.denoise or (sparse and not self.learn_inducing_points)
 
 
 class GPARMarginalLogLikelihood(torch.nn.Module):

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import torch
 from botorch.models import SingleTaskGP
+from gpytorch.kernels import InducingPointKernel, Kernel
 from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
@@ -25,18 +26,22 @@ class Features(NamedTuple):
 
     inputs: Tensor  # normalised inputs, batch x p x D
     mean: Tensor  # predictive mean in output units, batch x p
-    whitened: Tensor  # L^{-1} k(X_train, z) in output units, batch x p x n
+    whitened: Tensor  # cross @ root in output units, batch x p x (n or u)
 
 
 class ConditionalPredictor:
     """The predictive distribution of one conditional, ready for batched inputs.
 
     All quantities are in the conditional's output units (its ``Standardize``
-    transform is undone).
+    transform is undone). Every test input is reduced to a cross-covariance
+    with a set of anchor inputs (the training inputs of an exact GP, or the
+    inducing inputs of a sparse one): the mean is ``mu + cross @ weights`` and
+    the posterior covariance is ``k(a, b) - (cross_a @ root)(cross_b @ root)^T``.
 
     Args:
         gp: A fitted single-output ``SingleTaskGP`` with a ``Normalize`` input
-            transform with fixed bounds and a ``Standardize`` outcome transform.
+            transform with fixed bounds and a ``Standardize`` outcome transform;
+            its kernel may be an ``InducingPointKernel`` (SGPR).
         train_inputs: The conditional's untransformed training inputs
             (``n x D``: x joined with the earlier outputs it sees).
     """
@@ -47,18 +52,19 @@ class ConditionalPredictor:
         tf = gp.outcome_transform
         self.y_mean = tf.means.squeeze()
         self.y_std = tf.stdvs.squeeze()
+        covar = gp.covar_module
+        self.kernel = covar.base_kernel if isinstance(covar, InducingPointKernel) else covar
         with torch.no_grad():
-            self.train_inputs = gp.input_transform(train_inputs)
-            targets = gp.train_targets
-            prior_mean = gp.mean_module(self.train_inputs)
+            inputs = gp.input_transform(train_inputs)
+            residual = (gp.train_targets - gp.mean_module(inputs)).unsqueeze(-1)
             noise = gp.likelihood.noise.squeeze(-1)
-            train_covar = gp.covar_module(self.train_inputs).to_dense()
-            eye = torch.eye(len(targets), dtype=targets.dtype, device=targets.device)
-            chol = psd_safe_cholesky(train_covar + noise * eye)
-            # L^{-1} once, so every test batch costs one matrix product.
-            chol_inv = torch.linalg.solve_triangular(chol, eye, upper=False)
-            self.weights = chol_inv.mT @ (chol_inv @ (targets - prior_mean).unsqueeze(-1))
-            self.scaled_chol_inv = chol_inv * self.y_std
+            if isinstance(covar, InducingPointKernel):
+                self.anchors = covar.inducing_points.detach()
+                self.weights, root = _sparse_cache(self.kernel, self.anchors, inputs, residual, noise)
+            else:
+                self.anchors = inputs
+                self.weights, root = _exact_cache(self.kernel, inputs, residual, noise)
+            self.root = root * self.y_std
         self.noise = noise.detach() * self.y_std**2
 
     def features(self, Z: Tensor) -> Features:
@@ -67,19 +73,18 @@ class ConditionalPredictor:
         # One (batch * p) x n kernel matrix: GPyTorch would otherwise expand
         # the training inputs to Z's batch shape and run tiny batched GEMMs.
         flat = Z.reshape(-1, Z.shape[-1])
-        cross = self.gp.covar_module(flat, self.train_inputs).to_dense()
-        cross = cross.view(*Z.shape[:-1], -1)
+        cross = self.kernel(flat, self.anchors).to_dense().view(*Z.shape[:-1], -1)
         mean = self.gp.mean_module(Z) + (cross @ self.weights).squeeze(-1)
-        return Features(Z, mean * self.y_std + self.y_mean, cross @ self.scaled_chol_inv.mT)
+        return Features(Z, mean * self.y_std + self.y_mean, cross @ self.root)
 
     def covariance(self, a: Features, b: Features) -> Tensor:
         """Posterior covariance between two sets of points (``batch x p x r``)."""
-        prior = self.gp.covar_module(a.inputs, b.inputs).to_dense() * self.y_std**2
+        prior = self.kernel(a.inputs, b.inputs).to_dense() * self.y_std**2
         return prior - a.whitened @ b.whitened.mT
 
     def variance(self, a: Features) -> Tensor:
         """Posterior variance at each point (``batch x p``)."""
-        prior = self.gp.covar_module(a.inputs, diag=True) * self.y_std**2
+        prior = self.kernel(a.inputs, diag=True) * self.y_std**2
         return (prior - a.whitened.pow(2).sum(-1)).clamp_min(0.0)
 
     def __call__(self, Z: Tensor, joint: bool = True) -> tuple[Tensor, Tensor]:
@@ -96,3 +101,39 @@ class ConditionalPredictor:
         features = self.features(Z)
         covar = self.covariance(features, features) if joint else self.variance(features)
         return features.mean, covar
+
+
+def _exact_cache(
+    kernel: Kernel, inputs: Tensor, residual: Tensor, noise: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Weights ``(K + s I)^{-1} r`` and root ``L^{-T}`` of an exact GP."""
+    eye = torch.eye(len(inputs), dtype=inputs.dtype, device=inputs.device)
+    chol = psd_safe_cholesky(kernel(inputs).to_dense() + noise * eye)
+    # L^{-1} once, so every test batch costs one matrix product.
+    chol_inv = torch.linalg.solve_triangular(chol, eye, upper=False)
+    return chol_inv.mT @ (chol_inv @ residual), chol_inv.mT
+
+
+def _sparse_cache(
+    kernel: Kernel, inducing: Tensor, inputs: Tensor, residual: Tensor, noise: Tensor
+) -> tuple[Tensor, Tensor]:
+    r"""Weights and root of the SGPR predictive (Titsias, 2009).
+
+    With ``A = K_uu + K_un K_nu / s`` the mean is ``k_zu A^{-1} K_un r / s`` and
+    the covariance ``k(a, b) - k_au (K_uu^{-1} - A^{-1}) k_ub``. Explicit
+    inverses of ``K_uu`` are badly conditioned, so with ``K_uu = L L^T`` and
+    ``Phi = L^{-1} K_un / sqrt(s)`` everything goes through the eigenvalues
+    ``lambda`` of ``Phi Phi^T = V diag(lambda) V^T``:
+    ``K_uu^{-1} - A^{-1} = L^{-T} V diag(lambda / (1 + lambda)) V^T L^{-1}``.
+    Costs ``O(n u^2)``.
+    """
+    scale = noise.sqrt()
+    chol = psd_safe_cholesky(kernel(inducing).to_dense())
+    phi = torch.linalg.solve_triangular(chol, kernel(inducing, inputs).to_dense(), upper=False)
+    phi = phi / scale
+    eigenvalues, eigenvectors = torch.linalg.eigh(phi @ phi.mT)
+    eigenvalues = eigenvalues.clamp_min(0.0)
+    inner = eigenvectors @ ((eigenvectors.mT @ (phi @ residual)) / (1 + eigenvalues).unsqueeze(-1))
+    weights = torch.linalg.solve_triangular(chol.mT, inner, upper=True) / scale
+    shrunk = eigenvectors * (eigenvalues / (1 + eigenvalues)).sqrt()
+    return weights, torch.linalg.solve_triangular(chol.mT, shrunk, upper=True)
