@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from gpar_bo.ax.cli import add_tune_parser
 from gpar_bo.mnist.cli import add_generate_parser
+from gpar_bo.study_cli import add_study_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     add_generate_parser(subparsers)
     add_tune_parser(subparsers)
+    add_study_parser(subparsers)
     return parser
 
 
