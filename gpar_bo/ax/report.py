@@ -112,7 +112,7 @@ def _plot(report: dict[str, Any], path: Path) -> None:
     ax.set_xlabel("epoch")
     ax.set_ylabel(report["metric"])
     ax.set_title(f"{len(report['trials'])} trials, {report['epochs_trained']} epochs trained")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

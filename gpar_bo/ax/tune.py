@@ -218,7 +218,6 @@ def _new_experiment(problem: TuningProblem, runner: CurveRunner) -> Experiment:
         metrics=[CurveMetric(problem.metric)],
         tracking_metrics=[CurveMetric(m, lower_is_better=None) for m in problem.tracking_metrics],
         runner=runner,
-        properties={"gpar_bo": {"train": problem.train, "epochs": problem.epochs}},
     )
 
 
@@ -279,12 +278,20 @@ def tune(
                          scheduler_address=scheduler_address)
     if snapshot.exists():
         experiment, strategy = load_snapshot(snapshot)
-        stored = experiment.properties.get("gpar_bo", {})
-        if experiment.name != problem.name or stored.get("epochs") != problem.epochs:
+        stored = experiment.runner
+        same = (
+            experiment.name == problem.name
+            and isinstance(stored, CurveRunner)
+            and stored.train == problem.train
+            and stored.train_kwargs.get("epochs", problem.epochs) == problem.epochs
+            and list(experiment.search_space.parameters) == [p.name for p in problem.parameters]
+        )
+        if not same:
             raise ValueError(
-                f"{directory} holds experiment {experiment.name!r} with {stored.get('epochs')} "
-                f"epochs per trial, not {problem.name!r} with {problem.epochs}; use another "
-                "output directory to start a new experiment."
+                f"{directory} holds another tuning experiment ({experiment.name!r}, "
+                f"{getattr(stored, 'train_kwargs', {}).get('epochs')} epochs per trial); "
+                f"use another output directory to start {problem.name!r} with "
+                f"{problem.epochs} epochs per trial."
             )
         # A fresh runner (same job) owns no jobs, so it reports the trials that were
         # running as FAILED, and recovers any that finished since the snapshot.
@@ -312,7 +319,7 @@ def tune(
             max_pending_trials=workers,
             early_stopping_strategy=early_stopping,
             global_stopping_strategy=budget,
-            init_seconds_between_polls=0,
+            init_seconds_between_polls=poll_seconds,  # type: ignore[arg-type]
             min_seconds_before_poll=poll_seconds,
             seconds_between_polls_backoff_factor=1.0,
             logging_level=logging.WARNING if progress else logging.INFO,
