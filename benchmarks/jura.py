@@ -102,14 +102,14 @@ def plot(results: list[dict], data: JuraData, predictions: dict[str, Tensor], ou
 def main(argv: Sequence[str] | None = None) -> list[dict]:
     """Run the benchmark; returns one result row per model."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="60 + 20 locations (smoke test)")
+    parser.add_argument("--quick", action="store_true", help="40 + 15 locations (smoke test)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     data = load_jura()
     if args.quick:
-        data = subsample(data, n_train=60, n_test=20)
+        data = subsample(data, n_train=40, n_test=15)
     results, predictions = [], {}
     for name, options in MODELS.items():
         row = {"model": name}

@@ -1,0 +1,93 @@
+"""Real-data loading and the paper benchmarks on small subsets (shapes, finite values, files)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))  # the benchmarks are scripts importing their siblings
+
+import datasets  # noqa: E402
+import exchange  # noqa: E402
+import jura  # noqa: E402
+import report  # noqa: E402
+import speed  # noqa: E402
+
+
+def test_load_jura_follows_the_protocol() -> None:
+    data = datasets.load_jura()
+    assert data.train_X.shape == (359, 2) and data.train_Y.shape == (359, 3)
+    assert data.test_X.shape == (100, 2) and data.test_Cd.shape == (100,)
+    # Cd hidden exactly at the 100 validation locations, which are training inputs.
+    assert data.train_Y[:259].isfinite().all() and data.train_Y[259:, :2].isfinite().all()
+    assert data.train_Y[259:, 2].isnan().all()
+    assert torch.equal(data.train_X[259:], data.test_X)
+    assert (data.test_Cd > 0).all()
+
+
+@pytest.mark.parametrize("convention, sizes", [("paper", (51, 51, 51)), ("script", (51, 101, 151))])
+def test_load_fx2007_blocks(convention: str, sizes: tuple[int, int, int]) -> None:
+    data = datasets.load_fx2007(convention)
+    assert data.rates.shape == data.train_Y.shape == data.test_mask.shape == (251, 13)
+    assert data.days.shape == (251, 1)
+    assert tuple(data.test_mask[:, data.target_indices()].sum(0).tolist()) == sizes
+    assert data.test_mask.sum() == sum(sizes)
+    observed = data.rates[~data.rates.isnan()]
+    assert (observed > 0).all()
+    # USD per unit: a Canadian dollar was worth roughly a US dollar in 2007.
+    assert 0.8 < data.rates[:, data.names.index("CAD")].mean() < 1.1
+    assert data.train_Y[data.test_mask].isnan().all()
+
+
+def test_load_fx2007_rejects_unknown_convention() -> None:
+    with pytest.raises(ValueError, match="convention"):
+        datasets.load_fx2007("other")
+
+
+def test_jura_quick_writes_results(tmp_path: Path) -> None:
+    rows = jura.main(["--quick", "--out", str(tmp_path)])
+    assert [r["model"] for r in rows] == list(jura.MODELS)
+    assert all(math.isfinite(r["MAE"]) and math.isfinite(r["MAE*"]) for r in rows)
+    for suffix in ("md", "csv", "json", "png"):
+        assert (tmp_path / f"jura_quick.{suffix}").stat().st_size > 0
+    assert "command" in (tmp_path / "jura_quick.md").read_text()
+
+
+def test_exchange_predict_and_score_on_a_subset(tmp_path: Path) -> None:
+    data = exchange.quick_subset(datasets.load_fx2007("paper"), step=12, others=1)
+    order = list(range(len(data.names)))  # targets already last
+    predictions = {}
+    for model, markov in [("GPAR-L-NL", None), ("IGP", 0)]:
+        prediction, seconds = exchange.predict(data, order, markov)
+        assert prediction.shape == data.rates.shape and prediction.isfinite().all()
+        row = exchange.score(data, prediction)
+        assert all(math.isfinite(v) and v >= 0 for v in row.values())
+        predictions[("paper", model)] = prediction
+    exchange.plot({"paper": data}, predictions, tmp_path / "fx.png")
+    assert (tmp_path / "fx.png").stat().st_size > 0
+
+
+def test_standardise_ignores_missing_values() -> None:
+    Y = torch.tensor([[1.0, float("nan")], [3.0, 2.0], [5.0, 4.0]], dtype=torch.double)
+    Z, mean, std = exchange.standardise(Y)
+    assert torch.allclose(mean, torch.tensor([3.0, 3.0], dtype=torch.double))
+    assert Z[0, 1].isnan() and torch.allclose(Z[1:, 1], torch.tensor([-1.0, 1.0], dtype=torch.double) / 2**0.5)
+
+
+def test_speed_our_side_and_summary(tmp_path: Path) -> None:
+    spec = speed.make_task(seed=0, n_train=12, n_test=20, num_samples=8, maxiter=20)
+    ours = speed.run_ours(spec)
+    assert torch.tensor(ours["means"]).shape == (20, 3)
+    assert torch.tensor(ours["means_joint"]).shape == (20, 3)
+    run = {**ours, "smse": speed.smse(ours["means"], spec), "smse_joint": speed.smse(ours["means_joint"], spec)}
+    reference = {**run, "fit_wall": 10.0, "fit_cpu": 10.0}  # a stand-in, slower reference
+    rows = speed.summarise("maxiter 20", {"ours": [run], "reference": [reference]})
+    assert len(rows) == 3 and rows[0]["speed-up cpu"] > 1
+    speed.plot(rows, tmp_path / "speed.png")
+    paths = report.write_results(tmp_path, "speed", "t", rows, "cmd", seeds=[0])
+    assert all(p.stat().st_size > 0 for p in [tmp_path / "speed.png", *paths.values()])
