@@ -56,6 +56,7 @@ RESTARTS = DEFAULT_RESTARTS = 2
 #: The optimiser budget every model gets: L-BFGS-B iterations per GP fit (per
 #: conditional for GPAR, per checkpoint for IGP, per restart for ICM/SLFM).
 MAXITER = DEFAULT_MAXITER = 200
+QUICK_MAXITER = 50
 
 
 def _fit_kwargs() -> dict:
@@ -314,12 +315,14 @@ MODELS: dict[str, tuple[Callable, str]] = {
     "GPAR-NL-X": (fit_gpar("NL-X"), "GPAR, EQ kernel on (x, earlier outputs) jointly"),
     "D-GPAR-L-NL": (fit_gpar("L-NL", denoise=True), "denoising GPAR, L-NL kernel"),
     "D-GPAR-NL": (fit_gpar("NL", denoise=True), "denoising GPAR, NL kernel"),
+    "D-GPAR-L": (fit_gpar("L", denoise=True), "denoising GPAR, L kernel"),
+    "D-GPAR-NL-X": (fit_gpar("NL-X", denoise=True), "denoising GPAR, NL-X kernel"),
     "IGP": (fit_igp, "independent SingleTaskGPs per checkpoint (ModelListGP)"),
     "ICM": (fit_multitask("icm"), "MultiTaskGP, rank-2 ICM"),
     "SLFM": (fit_multitask("slfm"), "SLFM, 2 latent processes (LCM kernel)"),
     "LKGP": (fit_lkgp, "BoTorch LatentKroneckerGP"),
 }
-QUICK_MODELS = ("GPAR-L-NL", "D-GPAR-L-NL", "IGP", "ICM", "SLFM", "LKGP")
+QUICK_MODELS = ("GPAR-L-NL", "D-GPAR-NL-X", "IGP", "ICM", "SLFM", "LKGP")
 REFERENCE = "gpar-ref"
 
 
@@ -374,8 +377,12 @@ np.savez(sys.argv[2], samples=samples, fit_seconds=fit_seconds,
 """
 
 
-def run_reference(split: Split, python: str, workdir: Path, iters: int = 200,
-                  num_samples: int = 100) -> dict:
+#: Reference gpar budget: L-BFGS-B iterations per conditional, posterior samples.
+REF_ITERS, REF_SAMPLES = 100, 50
+
+
+def run_reference(split: Split, python: str, workdir: Path, iters: int = REF_ITERS,
+                  num_samples: int = REF_SAMPLES) -> dict:
     """The authors' ``gpar`` package (GPAR-L-NL, imputation) on the same split.
 
     Runs in a separate interpreter (``python``): samples of the log error at the test
@@ -390,8 +397,9 @@ def run_reference(split: Split, python: str, workdir: Path, iters: int = 200,
     np.savez(data, x=unit(split.X_train), y=split.Y_train.log().numpy(),
              xt=unit(split.X_test))
     start = time.perf_counter()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     subprocess.run([python, str(script), str(data), str(out), str(iters), str(num_samples)],
-                   check=True, capture_output=True, text=True)
+                   check=True, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
     res = np.load(out)
     samples = torch.from_numpy(res["samples"]).to(split.X_test)  # S x n x M
@@ -537,8 +545,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
                         f"--quick: {' '.join(QUICK_MODELS)}); add {REFERENCE} for the "
                         "reference implementation")
     p.add_argument("--quick", action="store_true",
-                   help="smoke test: 2 seeds, fewer models, results under --out "
-                        "(default benchmarks/results/quick)")
+                   help="smoke test: 2 seeds, 6 models, 50 optimiser iterations, 1 "
+                        "restart; results under --out (default benchmarks/results/quick)")
     p.add_argument("--out", type=Path, default=None,
                    help="output directory (default benchmarks/results)")
     p.add_argument("--data", type=Path, default=DATA, help="study CSV")
@@ -546,10 +554,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--n-test", type=int, default=N_TEST)
     p.add_argument("--reference-python", default=None,
                    help=f"python of a venv with gpar==0.3.2, used for '{REFERENCE}'")
-    p.add_argument("--maxiter", type=int, default=DEFAULT_MAXITER,
-                   help=f"L-BFGS-B iterations per GP fit, all models (default {DEFAULT_MAXITER})")
-    p.add_argument("--restarts", type=int, default=DEFAULT_RESTARTS,
-                   help=f"random restarts of ICM and SLFM (default {DEFAULT_RESTARTS})")
+    p.add_argument("--maxiter", type=int, default=None,
+                   help=f"L-BFGS-B iterations per GP fit, all models (default "
+                        f"{DEFAULT_MAXITER}; --quick: {QUICK_MAXITER})")
+    p.add_argument("--restarts", type=int, default=None,
+                   help=f"random restarts of ICM and SLFM (default {DEFAULT_RESTARTS}; "
+                        "--quick: 1)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--no-progress", action="store_true")
     return p
@@ -565,13 +575,14 @@ def canonical_command(args: argparse.Namespace) -> str:
     if args.models is not None:
         parts += ["--models", *args.models]
     if args.out is not None:
-        parts += ["--out", os.path.relpath(args.out, Path.cwd())]
+        parts += ["--out", str(args.out)]
     if Path(args.data).resolve() != DATA:
         parts += ["--data", str(args.data)]
     for flag, value, default in (("--n-train", args.n_train, N_TRAIN),
                                  ("--n-test", args.n_test, N_TEST),
-                                 ("--maxiter", args.maxiter, DEFAULT_MAXITER),
-                                 ("--restarts", args.restarts, DEFAULT_RESTARTS),
+                                 ("--maxiter", args.maxiter,
+                                  QUICK_MAXITER if args.quick else DEFAULT_MAXITER),
+                                 ("--restarts", args.restarts, 1 if args.quick else DEFAULT_RESTARTS),
                                  ("--threads", args.threads, 1)):
         if value != default:
             parts += [flag, str(value)]
@@ -587,6 +598,10 @@ def run(args: argparse.Namespace) -> int:
 
     global MAXITER, RESTARTS
     torch.set_num_threads(args.threads)
+    if args.maxiter is None:
+        args.maxiter = QUICK_MAXITER if args.quick else DEFAULT_MAXITER
+    if args.restarts is None:
+        args.restarts = 1 if args.quick else DEFAULT_RESTARTS
     MAXITER, RESTARTS = args.maxiter, args.restarts
     seeds = args.seeds if args.seeds is not None else ([0, 1] if args.quick else list(range(10)))
     models = list(args.models or (QUICK_MODELS if args.quick else MODELS))
@@ -656,14 +671,19 @@ def run(args: argparse.Namespace) -> int:
         "command": command, "seeds": seeds, "data": os.path.relpath(args.data, REPO),
         "n_settings": len(X), "n_train": args.n_train, "n_test": args.n_test,
         "counts": counts, "models": {m: (MODELS[m][1] if m in MODELS else
-                                         "reference gpar 0.3.2 (GPAR-L-NL, impute)")
+                                         "the authors' gpar 0.3.2 (GPAR-L-NL, imputation)")
                                      for m in models},
         "date": started.strftime("%Y-%m-%d %H:%M"),
         "wall_minutes": (time.perf_counter() - t0) / 60,
         "uname": " ".join(platform.uname()), "nproc": os.cpu_count(),
         "threads": torch.get_num_threads(), "commit": _git_commit(),
         "versions": _versions(), "failures": failures,
-        "reference": getattr(args, "reference_note", None),
+        "reference": (f"gpar 0.3.2 from PyPI in a separate venv ({args.reference_python}), "
+                      f"GPARRegressor(replace=False, impute=True, linear and nonlinear "
+                      f"kernels), {REF_ITERS} L-BFGS-B iterations per conditional, "
+                      f"{REF_SAMPLES} posterior samples; inputs normalised to the unit "
+                      "cube with the training range, log errors"
+                      if REFERENCE in models else None),
     }
     write_markdown(summary, out / f"{stem}.md", meta)
     plot(summary, out / f"{stem}.png",
