@@ -133,6 +133,11 @@ def test_predict_at_every_checkpoint(loop: dict) -> None:
     posterior = model.posterior(X)
     assert posterior.mean.shape == (X.shape[0], 1)
     assert torch.allclose(posterior.mean, model.train_Y, atol=0.5)
+    # Moments point by point: thousands of points (Ax's analyses) stay cheap.
+    many = torch.cat([torch.rand(2000, 2, dtype=X.dtype), torch.ones(2000, 1, dtype=X.dtype)], -1)
+    many = many[:, [0, 1, 2]] if model.step_index == 2 else many[:, [2, 0, 1]]
+    assert model.posterior(many).variance.shape == (2000, 1)
+    assert model.posterior(many.unsqueeze(0)[:, :3]).rsample(torch.Size([4])).shape == (4, 1, 3, 1)
 
 
 def test_checkpoint_indices_recovers_rescaled_steps() -> None:

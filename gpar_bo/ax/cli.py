@@ -64,7 +64,6 @@ FAST_GPAR = {
         "num_restarts": 2, "raw_samples": 128,
         "options": {"maxiter_alternating": 4, "maxiter_continuous": 30},
     },
-    "mc_samples": 64,
 }
 
 

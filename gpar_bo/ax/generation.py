@@ -49,7 +49,6 @@ from botorch.fit import fit_gpytorch_mll
 from botorch.models.model import Model
 from botorch.posteriors import Posterior
 from botorch.posteriors.transformed import TransformedPosterior
-from botorch.sampling.normal import SobolQMCNormalSampler
 from botorch.utils.datasets import SupervisedDataset
 from torch import Tensor
 
@@ -128,6 +127,22 @@ class _SelectedOutputPosterior(TransformedPosterior):
 
     def _extended_shape(self, sample_shape: torch.Size = torch.Size()) -> torch.Size:  # noqa: B008
         return self._posterior._extended_shape(sample_shape)[:-1] + torch.Size([1])
+
+
+class _PointwiseMomentsPosterior(TransformedPosterior):
+    """Joint samples of one posterior, moments of another (point by point).
+
+    Reads the moments through the transforms without asking the joint
+    posterior for its own (which would cost an ``n x n`` computation).
+    """
+
+    @property
+    def mean(self) -> Tensor:
+        return self._mean_transform(None, None)
+
+    @property
+    def variance(self) -> Tensor:
+        return self._variance_transform(None, None)
 
 
 class GPARCurveModel(Model):
@@ -251,10 +266,32 @@ class GPARCurveModel(Model):
             posterior_transform: E.g. Ax's ``ScalarizedPosteriorTransform``.
 
         Returns:
-            A posterior over ``batch_shape x q x 1``.
+            A posterior over ``batch_shape x q x 1``. For an ``n x (d + 1)`` ``X``
+            (Ax's predictions and analyses, with n up to thousands) ``mean`` and
+            ``variance`` are computed point by point, as a joint computation over
+            n points would need ``n x n`` covariances per sample path.
         """
         if output_indices not in (None, [0]):
             raise ValueError(f"GPARCurveModel has one output; got {output_indices}.")
+        args = (observation_noise, posterior_transform)
+        joint = self._posterior(X, *args)
+        if X.dim() == 2 and X.shape[0] > 1:
+            pointwise = self._posterior(X.unsqueeze(-2), *args)
+            return _PointwiseMomentsPosterior(
+                joint,
+                sample_transform=lambda samples: samples,
+                mean_transform=lambda mean, variance: pointwise.mean.squeeze(-2),
+                variance_transform=lambda mean, variance: pointwise.variance.squeeze(-2),
+            )
+        return joint
+
+    def _posterior(
+        self,
+        X: Tensor,
+        observation_noise: bool | Tensor,
+        posterior_transform: PosteriorTransform | None,
+    ) -> Posterior:
+        """``posterior`` for one X (joint over its q points)."""
         grid = _rescaled_checkpoints(self.checkpoints, len(self.checkpoints))
         index, ok = _match(X[..., self.step_index].detach(), grid)
         if not ok.all():
@@ -342,7 +379,6 @@ def gpar_generation_strategy(
     botorch_acqf_class: type[AcquisitionFunction] | None = None,
     fit_kwargs: Mapping[str, Any] | None = None,
     acqf_optimizer_kwargs: Mapping[str, Any] | None = None,
-    mc_samples: int | None = None,
     seed: int | None = None,
 ) -> GenerationStrategy:
     r"""Sobol initialisation, then GPAR in Ax's modular BoTorch generator.
@@ -371,9 +407,6 @@ def gpar_generation_strategy(
             The ``options`` keys depend on the optimiser Ax picks: ``maxiter`` for
             continuous search spaces, ``maxiter_alternating`` etc. with integer
             parameters (BoTorch's ``optimize_acqf_mixed_alternating``).
-        mc_samples: Quasi-MC samples of the acquisition function (BoTorch's 512 if
-            None). GPAR samples its outputs in sequence, so the acquisition cost
-            grows with samples x checkpoints; 64 is a good speed/noise trade-off.
         seed: Seed of the Sobol sequence.
 
     Returns:
@@ -434,10 +467,6 @@ def gpar_generation_strategy(
     }
     if botorch_acqf_class is not None:
         generator_kwargs["botorch_acqf_class"] = botorch_acqf_class
-    if mc_samples is not None:
-        generator_kwargs["botorch_acqf_options"] = {
-            "sampler": SobolQMCNormalSampler(sample_shape=torch.Size([mc_samples]), seed=seed)
-        }
     gen_kwargs: dict[str, Any] = {}
     if acqf_optimizer_kwargs is not None:
         gen_kwargs["model_gen_options"] = {"optimizer_kwargs": dict(acqf_optimizer_kwargs)}

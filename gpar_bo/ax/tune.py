@@ -236,7 +236,6 @@ def tune(
     progress: bool = True,
     fit_kwargs: Mapping[str, Any] | None = None,
     acqf_optimizer_kwargs: Mapping[str, Any] | None = None,
-    mc_samples: int | None = None,
     poll_seconds: float = 1.0,
     report_seconds: float = 30.0,
     max_trials: int | None = None,
@@ -260,7 +259,6 @@ def tune(
         progress: Show a progress bar over the budget.
         fit_kwargs: ``fit_gpytorch_mll`` arguments for GPAR's conditionals.
         acqf_optimizer_kwargs: ``optimize_acqf`` arguments for GPAR's acquisition.
-        mc_samples: Quasi-MC samples of GPAR's acquisition (BoTorch's default if None).
         poll_seconds: Seconds between polls of running trials.
         report_seconds: Minimum seconds between refreshes of the report.
         max_trials: Also stop after this many trials in total (default: budget only).
@@ -305,7 +303,6 @@ def tune(
         strategy = gpar_generation_strategy(
             problem.checkpoints, metric_name=problem.metric, num_sobol_trials=num_sobol_trials,
             seed=seed, fit_kwargs=fit_kwargs, acqf_optimizer_kwargs=acqf_optimizer_kwargs,
-            mc_samples=mc_samples,
         )
     early_stopping = GPAREarlyStoppingStrategy(
         problem.checkpoints, metric_name=problem.metric, threshold=threshold,
