@@ -16,6 +16,7 @@ import datasets  # noqa: E402
 import exchange  # noqa: E402
 import jura  # noqa: E402
 import report  # noqa: E402
+import scaling  # noqa: E402
 import speed  # noqa: E402
 
 
@@ -91,3 +92,12 @@ def test_speed_our_side_and_summary(tmp_path: Path) -> None:
     speed.plot(rows, tmp_path / "speed.png")
     paths = report.write_results(tmp_path, "speed", "t", rows, "cmd", seeds=[0])
     assert all(p.stat().st_size > 0 for p in [tmp_path / "speed.png", *paths.values()])
+
+
+@pytest.mark.parametrize("model", scaling.MODELS)
+def test_scaling_fits_each_model(model: str, tmp_path: Path) -> None:
+    result = scaling.run_one({"model": model, "n": 12, "m": 3, "seed": 0, "maxiter": 3})
+    assert result["fit s"] > 0 and result["peak MB above start"] >= 0
+    rows = [{"sweep": s, "model": model, "N": 12, "M": 3, "status": "ok", **result} for s in ("M", "N")]
+    scaling.plot(rows, tmp_path / "scaling.png")
+    assert (tmp_path / "scaling.png").stat().st_size > 0
