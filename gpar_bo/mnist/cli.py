@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import shlex
+import signal
 from pathlib import Path
 
 __all__ = ["add_generate_parser", "run_generate"]
@@ -54,6 +55,13 @@ def run_generate(args: argparse.Namespace) -> int:
     from gpar_bo.mnist.mlp import PAPER_GRID
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+
+    def _terminate(signum: int, frame: object) -> None:
+        # `kill PID` (SIGTERM) unwinds like Ctrl-C, so the generator's cleanup runs and
+        # the provenance note records the rows written before the stop.
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _terminate)
     # One thread is much faster than several for these small matmuls on few cores.
     torch.set_num_threads(args.threads)
     data = load_mnist(args.data_dir)

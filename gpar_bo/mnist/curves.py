@@ -318,7 +318,10 @@ def generate_curves(
         run_record["finished"] = _now()
         prov["rows"] = rows
         prov["complete"] = rows == n_settings
-        prov_file.write_text(json.dumps(prov, indent=1) + "\n")
+        # Write-then-rename: a kill never leaves a half-written provenance note.
+        tmp = prov_file.with_name(prov_file.name + ".tmp")
+        tmp.write_text(json.dumps(prov, indent=1) + "\n")
+        os.replace(tmp, prov_file)
 
     write_prov(len(done))
     todo = [i for i in range(n_settings) if i not in done]
@@ -339,8 +342,7 @@ def generate_curves(
                 os.fsync(handle.fileno())
                 n_rows += 1
                 bar.update(1)
-                if n_rows % 25 == 0:
-                    write_prov(n_rows)
+                write_prov(n_rows)  # keep the note's row count in step with the CSV
     finally:
         bar.close()
         write_prov(n_rows)
