@@ -466,19 +466,22 @@ def plot(summary: list[dict], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    fig, ax = plt.subplots(figsize=(9.5, 5))
     n = len(summary)
+    colours = plt.get_cmap("tab20").colors
     for i, row in enumerate(summary):
-        offset = (i - (n - 1) / 2) * 0.18
-        style = "-" if "GPAR" in row["model"] else "--"
+        offset = (i - (n - 1) / 2) * min(0.18, 2.4 / max(n, 1))
+        gpar = "GPAR" in row["model"] or row["model"] == REFERENCE
         ax.errorbar(np.array(EPOCHS) + offset, row["smse_mean"], yerr=row["smse_se"],
-                    label=row["model"], capsize=3, marker="o", ms=3.5, ls=style, lw=1.2)
+                    label=row["model"], capsize=2.5, marker="o" if gpar else "s", ms=3.5,
+                    ls="-" if gpar else "--", lw=1.2, color=colours[(2 * i) % 20 + (2 * i) // 20])
     ax.set_xticks(EPOCHS)
     ax.set_xlabel("checkpoint (epoch)")
     ax.set_ylabel("SMSE (mean ± s.e. over seeds)")
+    ax.set_ylim(bottom=0)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
