@@ -525,7 +525,11 @@ def write_markdown(summary: list[dict], path: Path, meta: dict) -> None:
         f"{meta['n_train']} training / {meta['n_test']} test settings; training runs "
         f"reaching epochs {', '.join(map(str, EPOCHS))}: {' / '.join(map(str, meta['counts']))}",
         f"* Models: " + "; ".join(f"{k}: {v}" for k, v in meta["models"].items()),
-        f"* Date (UTC): {meta['date']}; wall time {meta['wall_minutes']:.1f} min",
+        f"* Date (UTC): {meta['date']}; wall time of this invocation "
+        f"{meta['wall_minutes']:.1f} min ({meta['cached']} of {meta['n_results']} (model, seed) "
+        f"results read from `mlp_study_records.jsonl`, written by earlier invocations of the "
+        f"same command or a subset of its seeds/models); fitting and prediction time summed "
+        f"over all results {meta['fit_minutes']:.0f} min",
         f"* Machine: `{meta['uname']}`, nproc {meta['nproc']}, torch threads "
         f"{meta['threads']} (machine shared with other jobs, so times are indicative)",
         f"* Code: git commit {meta['commit']} (plus the working tree at the time)",
@@ -556,7 +560,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--n-train", type=int, default=N_TRAIN)
     p.add_argument("--n-test", type=int, default=N_TEST)
     p.add_argument("--reference-python", default=None,
-                   help=f"python of a venv with gpar==0.3.2, used for '{REFERENCE}'")
+                   help=f"python of a venv with gpar==0.3.2: adds '{REFERENCE}' to the "
+                        "default models")
     p.add_argument("--maxiter", type=int, default=None,
                    help=f"L-BFGS-B iterations per GP fit, all models (default "
                         f"{DEFAULT_MAXITER}; --quick: {QUICK_MAXITER})")
@@ -608,6 +613,8 @@ def run(args: argparse.Namespace) -> int:
     MAXITER, RESTARTS = args.maxiter, args.restarts
     seeds = args.seeds if args.seeds is not None else ([0, 1] if args.quick else list(range(10)))
     models = list(args.models or (QUICK_MODELS if args.quick else MODELS))
+    if args.models is None and args.reference_python:
+        models.append(REFERENCE)
     unknown = [m for m in models if m not in MODELS and m != REFERENCE]
     if unknown:
         raise SystemExit(f"unknown model(s) {unknown}; choose from {list(MODELS)} or {REFERENCE}")
@@ -678,6 +685,9 @@ def run(args: argparse.Namespace) -> int:
                                      for m in models},
         "date": started.strftime("%Y-%m-%d %H:%M"),
         "wall_minutes": (time.perf_counter() - t0) / 60,
+        "fit_minutes": sum(r["fit_seconds"] + r["predict_seconds"] for r in records) / 60,
+        "n_results": len(records),
+        "cached": sum(1 for r in records if (r["model"], r["seed"]) in cache),
         "uname": " ".join(platform.uname()), "nproc": os.cpu_count(),
         "threads": torch.get_num_threads(), "commit": _git_commit(),
         "versions": _versions(), "failures": failures,
