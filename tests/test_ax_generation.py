@@ -175,3 +175,38 @@ def test_checkpoints_that_do_not_match_the_data_are_a_clear_error() -> None:
     run_sobol(client, epochs=[1, 2, 3, 4, 5, 6])
     with pytest.raises(ValueError, match="do not match the checkpoints"):
         client.get_next_trials(max_trials=1)
+
+
+def test_sql_round_trip_keeps_the_gpar_node(tmp_path: Path) -> None:
+    # Ax's SQL storage needs SQLAlchemy and (for its messages) tabulate: `.[sql]`.
+    pytest.importorskip("sqlalchemy")
+    pytest.importorskip("tabulate")
+    from ax.api.configs import StorageConfig
+    from ax.storage.sqa_store.db import (
+        create_all_tables,
+        get_engine,
+        init_engine_and_session_factory,
+    )
+
+    url = f"sqlite:///{tmp_path / 'ax.db'}"
+    init_engine_and_session_factory(url=url, force_init=True)
+    create_all_tables(get_engine())
+    client = Client(storage_config=StorageConfig(url=url), random_seed=0)
+    client.configure_experiment(
+        parameters=[RangeParameterConfig(name=n, bounds=(0.0, 1.0), parameter_type="float")
+                    for n in ("x1", "x2")],
+        name="toy_curves_sql",
+    )
+    client.configure_optimization(objective="-error")
+    client.set_generation_strategy(
+        gpar_generation_strategy(EPOCHS, metric_name="error", num_sobol_trials=4, seed=0, **FAST))
+    run_sobol(client)
+    (partial, parameters), = client.get_next_trials(max_trials=1).items()
+    report(client, partial, parameters, upto=2)
+
+    restored = Client.load_from_database("toy_curves_sql", storage_config=StorageConfig(url=url))
+    assert restored._generation_strategy.current_node_name == "GPAR"
+    assert len(restored._experiment.lookup_data().full_df) == 4 * len(EPOCHS) + 2
+    (index, _), = restored.get_next_trials(max_trials=1).items()
+    assert restored._experiment.trials[index].generator_runs[0]._generation_node_name == "GPAR"
+    assert fitted_model(restored).gpar.train_X.shape[0] == 5  # the prefix came back too
