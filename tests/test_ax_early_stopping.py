@@ -97,3 +97,19 @@ def test_bad_configuration_is_a_clear_error() -> None:
         no_steps.should_stop_trial_early(index)
     with pytest.raises(ValueError, match="threshold"):
         GPAREarlyStoppingStrategy(EPOCHS, threshold=1.5)
+
+
+def test_report_gives_running_trials_a_final_value_band(client: Client, tmp_path) -> None:
+    from gpar_bo.ax.report import write_report
+
+    running = add_trial(client, PROMISING, upto=2, seed=103)
+    report = write_report(client._experiment, client._early_stopping_strategy, tmp_path)
+    entry = next(t for t in report["trials"] if t["index"] == running)
+    assert entry["status"] == "RUNNING" and entry["steps"] == [1.0, 2.0]
+    band = entry["predicted_final"]
+    assert band["q05"] < band["mean"] < band["q95"]
+    finished = [t for t in report["trials"] if t["status"] == "COMPLETED"]
+    assert all("predicted_final" not in t for t in finished)
+    assert report["best"]["final"] == min(t["values"][-1] for t in finished)
+    assert (tmp_path / "report.png").stat().st_size > 0
+    client.mark_trial_abandoned(running)
