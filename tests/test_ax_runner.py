@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,60 @@ def test_orchestrator_runs_gpar_with_early_stopping(tmp_path: Path) -> None:
     assert all(3 <= steps[i] < len(EPOCHS) for i in stopped)  # stopped with a prefix
     completed = [t.index for t in trials if t.status == TrialStatus.COMPLETED]
     assert completed and all(steps[i] == len(EPOCHS) for i in completed)
+
+
+def test_sql_storage_of_runner_metric_and_strategy(tmp_path: Path) -> None:
+    pytest.importorskip("sqlalchemy")
+    pytest.importorskip("tabulate")
+    from ax.storage.sqa_store.db import (
+        create_all_tables,
+        get_engine,
+        init_engine_and_session_factory,
+    )
+    from ax.storage.sqa_store.load import (
+        load_experiment,
+        load_generation_strategy_by_experiment_name,
+    )
+    from ax.storage.sqa_store.save import save_experiment, save_generation_strategy
+
+    from gpar_bo.ax.runner import registry_bundle
+
+    init_engine_and_session_factory(url=f"sqlite:///{tmp_path / 'ax.db'}", force_init=True)
+    create_all_tables(get_engine())
+    config = registry_bundle().sqa_config
+    experiment = make_experiment(tmp_path / "runs", seconds_per_epoch=0.5, max_workers=3)
+    strategy = gpar_generation_strategy(EPOCHS, num_sobol_trials=2)
+    strategy.experiment = experiment
+    save_experiment(experiment, config=config)
+    save_generation_strategy(strategy, config=config)
+    loaded = load_experiment("toy", config=config)
+    assert isinstance(loaded.runner, CurveRunner) and loaded.runner == experiment.runner
+    assert loaded.runner.max_workers == 3
+    assert isinstance(loaded.metrics["error"], CurveMetric)
+    nodes = load_generation_strategy_by_experiment_name("toy", config=config)._nodes
+    assert [n.name for n in nodes] == ["Sobol", "GPAR"]
+
+
+def test_dask_scheduler_address_runs_and_stops_a_trial(tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                       dashboard_address=None)
+    try:
+        experiment = make_experiment(tmp_path, seconds_per_epoch=0.3, use_dask=True,
+                                     scheduler_address=cluster.scheduler_address, max_workers=1)
+        runner = experiment.runner
+        trial = attach(experiment, {"x1": 0.5, "x2": 0.5})
+        trial.run()  # the experiment's runner submits the job to the cluster
+        deadline = time.monotonic() + 60
+        while not read_progress(tmp_path / "trial_0.jsonl")[0] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert runner.poll_trial_status([trial]) == {TrialStatus.RUNNING: {0}}
+        runner.stop(trial, reason="test")
+        while runner.poll_trial_status([trial]).get(TrialStatus.RUNNING):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        steps, record = read_progress(tmp_path / "trial_0.jsonl")
+        assert record == {"status": "stopped", "reason": "test"} and len(steps) < len(EPOCHS)
+        runner.shutdown()
+    finally:
+        cluster.close()
