@@ -1,7 +1,13 @@
 """Ax integration: GPAR as Ax's BoTorch model, GPAR early stopping, runners, tuning.
 
-* :func:`gpar_generation_strategy`: Sobol, then GPAR in Ax's modular BoTorch generator.
-* :class:`GPAREarlyStoppingStrategy`: stop trials unlikely to beat the incumbent.
+* :func:`gpar_generation_strategy` (:mod:`~gpar_bo.ax.generation`): Sobol, then GPAR
+  (:class:`GPARCurveModel`) in Ax's modular BoTorch generator.
+* :class:`GPAREarlyStoppingStrategy` (:mod:`~gpar_bo.ax.early_stopping`): stop trials
+  unlikely to beat the incumbent.
+* :mod:`gpar_bo.ax.runner` / :mod:`gpar_bo.ax.jobs`: ``CurveRunner`` and ``CurveMetric``
+  for training jobs in local processes or on dask.
+* :mod:`gpar_bo.ax.tune` / :mod:`gpar_bo.ax.report`: the ``gpar-bo tune`` loop (epoch
+  budget, JSON snapshot and resume) and its report.
 
 Importing this package registers GPAR's model class with Ax (fitting, storage).
 """
