@@ -46,7 +46,10 @@ def add_study_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
             "log loss and fit time per model, and write .md/.csv/.png results."
         ),
     )
-    load_study_module().build_parser(p)
+    if STUDY_SCRIPT.exists():
+        load_study_module().build_parser(p)
+    else:  # an installed package without the benchmarks: fail only when used
+        p.add_argument("args", nargs=argparse.REMAINDER)
     p.set_defaults(run=_run_study)
     return p
 
