@@ -31,6 +31,7 @@ import platform
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -655,7 +656,8 @@ def run(args: argparse.Namespace) -> int:
                 continue
             try:
                 if name == REFERENCE:
-                    res = run_reference(split, args.reference_python, out / "reference")
+                    with tempfile.TemporaryDirectory(prefix="gpar_ref_") as workdir:
+                        res = run_reference(split, args.reference_python, Path(workdir))
                 else:
                     res = run_model(name, split)
             except Exception as error:
