@@ -26,6 +26,7 @@ from typing import Any
 
 __all__ = [
     "Report",
+    "exit_with_parent",
     "read_progress",
     "resolve",
     "run_training_job",
@@ -35,6 +36,23 @@ __all__ = [
 
 #: ``report(step, values)``: record one checkpoint; True means "stop now".
 Report = Callable[[float, Mapping[str, float]], bool]
+
+
+def exit_with_parent(parent_pid: int, poll_seconds: float = 1.0) -> None:
+    """Worker initialiser: end this process when the tuning process is gone.
+
+    A killed tuning process would otherwise leave its pool's workers behind for
+    good; a job that was running is then reported FAILED when the loop resumes.
+    """
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(poll_seconds)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
 
 
 def resolve(path: str) -> Callable[..., Any]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import os
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
@@ -36,7 +37,7 @@ from ax.storage.registry_bundle import RegistryBundle
 from ax.storage.runner_registry import register_runners
 from ax.utils.common.result import Err, Ok
 
-from gpar_bo.ax.jobs import read_progress, run_training_job
+from gpar_bo.ax.jobs import exit_with_parent, read_progress, run_training_job
 
 __all__ = ["CurveMetric", "CurveRunner", "json_registries", "registry_bundle"]
 
@@ -138,7 +139,8 @@ class CurveRunner(Runner):
                 # spawn: a fresh interpreter per worker; forking a process that
                 # already runs torch and Ax threads is not safe.
                 self._executor = ProcessPoolExecutor(
-                    self.max_workers, mp_context=multiprocessing.get_context("spawn")
+                    self.max_workers, mp_context=multiprocessing.get_context("spawn"),
+                    initializer=exit_with_parent, initargs=(os.getpid(),),
                 )
         return self._executor
 
