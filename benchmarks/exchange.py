@@ -130,10 +130,11 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     parser.add_argument("--quick", action="store_true", help="every 6th day, 2 other series")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--conventions", nargs="+", choices=["paper", "script"], default=["paper", "script"])
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     rows, data, predictions, orders = [], {}, {}, {}
-    for convention in ("paper", "script"):
+    for convention in args.conventions:
         d = load_fx2007(convention)
         data[convention] = d = quick_subset(d) if args.quick else d
         torch.manual_seed(args.seed)
@@ -153,6 +154,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
             rows.append(row)
             print(row, flush=True)
     name = "exchange_quick" if args.quick else "exchange"
+    if args.conventions != ["paper", "script"]:
+        name += "_" + "_".join(args.conventions)
     args.out.mkdir(parents=True, exist_ok=True)
     plot(data, predictions, args.out / f"{name}.png")
     order_text = "\n".join(f"- {c}: {' → '.join(o)}" for c, o in orders.items())
