@@ -152,13 +152,14 @@ def _fit_best(build: Callable[[], torch.nn.Module], restarts: int) -> torch.nn.M
     return best
 
 
-def fit_gpar(kernel: str, denoise: bool = False) -> Callable:
+def fit_gpar(kernel: str, denoise: bool = False, markov: int | None = None) -> Callable:
     def fit(X: Tensor, logY: Tensor, seed: int) -> Callable[[Tensor], Prediction]:
         from botorch.fit import fit_gpytorch_mll
 
         from gpar_bo import GPARMarginalLogLikelihood, GPARModel
 
-        model = GPARModel(X, logY, output_names=list(EPOCHS), kernel=kernel, denoise=denoise)
+        model = GPARModel(X, logY, output_names=list(EPOCHS), kernel=kernel, denoise=denoise,
+                          markov=markov)
         fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model), **_fit_kwargs())
 
         def predict(X_test: Tensor) -> Prediction:
@@ -318,6 +319,10 @@ MODELS: dict[str, tuple[Callable, str]] = {
     "D-GPAR-NL": (fit_gpar("NL", denoise=True), "denoising GPAR, NL kernel"),
     "D-GPAR-L": (fit_gpar("L", denoise=True), "denoising GPAR, L kernel"),
     "D-GPAR-NL-X": (fit_gpar("NL-X", denoise=True), "denoising GPAR, NL-X kernel"),
+    "D-GPAR-NL-M1": (fit_gpar("NL", denoise=True, markov=1),
+                     "denoising GPAR, NL kernel, only the previous checkpoint as input"),
+    "D-GPAR-NL-X-M1": (fit_gpar("NL-X", denoise=True, markov=1),
+                       "denoising GPAR, NL-X kernel, only the previous checkpoint as input"),
     "IGP": (fit_igp, "independent SingleTaskGPs per checkpoint (ModelListGP)"),
     "ICM": (fit_multitask("icm"), "MultiTaskGP, rank-2 ICM"),
     "SLFM": (fit_multitask("slfm"), "SLFM, 2 latent processes (LCM kernel)"),
