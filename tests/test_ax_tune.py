@@ -40,7 +40,7 @@ def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path) -> Non
         from gpar_bo.ax.tune import tune, toy_problem
         if __name__ == "__main__":
             torch.set_num_threads(1)
-            tune(toy_problem({EPOCHS}, 0.3), sys.argv[1], 1000, num_sobol_trials=4,
+            tune(toy_problem({EPOCHS}, 0.15), sys.argv[1], 1000, num_sobol_trials=4,
                  poll_seconds=0.2, progress=False, **{FAST!r})
     """))
     # Its own session, so that killing it takes its workers down too (a crash).
