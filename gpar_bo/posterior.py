@@ -49,7 +49,8 @@ class GPARPosterior(Posterior):
     ``mean`` and ``variance`` are exact for output 1 and for outputs whose
     earlier outputs are all observed. Otherwise they are Rao-Blackwellised
     Monte Carlo estimates over ``NUM_MOMENT_SAMPLES`` (256) fixed quasi-random
-    sample paths: the average of the conditional means, and the average
+    sample paths per point (points are treated separately, so the cost is
+    linear in q): the average of the conditional means, and the average
     conditional variance plus the variance of the conditional means. They are
     deterministic and differentiable in X. With a ``sample_transform`` (e.g.
     an outcome untransform or a scalarisation) they are plain Monte Carlo
@@ -262,20 +263,29 @@ class GPARPosterior(Posterior):
 
     @cached_property
     def _moments(self) -> tuple[Tensor, Tensor]:
-        dim = self.X.shape[-2] * self.num_sampled
+        # A point's marginal moments depend only on its own chain, so every
+        # point runs as its own t-batch (q = 1): memory stays linear in q.
+        pointwise = GPARPosterior(
+            self.predictors,
+            self.windows,
+            self.X.unsqueeze(-2),
+            self.prefix_values.unsqueeze(-2),
+            self.prefix_mask.unsqueeze(-2),
+            self.observation_noise,
+            self.denoise,
+            self.output_indices,
+            self.sample_transform,
+            self.num_reported,
+        )
         n = NUM_MOMENT_SAMPLES
-        if dim <= SobolEngine.MAXDIM:
-            normals = draw_sobol_normal_samples(d=dim, n=n, dtype=self.dtype, seed=0)
-        else:
-            generator = torch.Generator().manual_seed(0)
-            normals = torch.randn(n, dim, generator=generator, dtype=self.dtype)
-        eps = normals.view(n, *([1] * (self.X.dim() - 2)), *self.base_sample_shape[-2:])
-        reported, cond_means, cond_vars = self._propagate(torch.Size([n]), eps)
+        normals = draw_sobol_normal_samples(d=self.num_sampled, n=n, dtype=self.dtype, seed=0)
+        eps = normals.view(n, *([1] * (pointwise.X.dim() - 1)), self.num_sampled)
+        reported, cond_means, cond_vars = pointwise._propagate(torch.Size([n]), eps)
         if self.sample_transform is not None:
-            samples = self._transform(reported)
+            samples = self._transform(reported).squeeze(-2)
             return samples.mean(0), samples.var(0)
         idx = self.output_indices
-        cond_means, cond_vars = cond_means[..., idx], cond_vars[..., idx]
+        cond_means, cond_vars = cond_means[..., 0, idx], cond_vars[..., 0, idx]
         mean = cond_means.mean(0)
         return mean, cond_vars.mean(0) + cond_means.var(0, unbiased=False)
 
