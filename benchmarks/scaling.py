@@ -104,18 +104,18 @@ def in_worker(spec: dict, timeout: float) -> dict:
 
 
 def plot(rows: list[dict], out: Path) -> None:
-    """Fit seconds and peak memory against M (N fixed) and against N (M fixed), log-log."""
+    """Fit CPU seconds (robust to other jobs on the machine) and peak memory vs M and N, log-log."""
     fig, axes = plt.subplots(2, 2, figsize=(12, 8))
     for c, (sweep, key) in enumerate([("M", "M"), ("N", "N")]):
         for model in MODELS:
             points = [r for r in rows if r["sweep"] == sweep and r["model"] == model and r["status"] == "ok"]
             xs = [r[key] for r in points]
-            axes[0, c].plot(xs, [r["fit s"] for r in points], "o-", label=model)
+            axes[0, c].plot(xs, [r["fit cpu s"] for r in points], "o-", label=model)
             axes[1, c].plot(xs, [r["peak MB above start"] for r in points], "o-", label=model)
         gpar = [r for r in rows if r["sweep"] == sweep and r["model"] == "GPAR" and r["status"] == "ok"]
         if gpar and sweep == "M":
             # A line through GPAR's first point with slope 1: linear growth in M.
-            x0, y0 = gpar[0]["M"], gpar[0]["fit s"]
+            x0, y0 = gpar[0]["M"], gpar[0]["fit cpu s"]
             xs = [r["M"] for r in gpar]
             axes[0, c].plot(xs, [y0 * x / x0 for x in xs], "k:", label="linear in M")
         fixed = {"M": f"N = {rows[0]['N']}", "N": f"M = {next(r['M'] for r in rows if r['sweep'] == 'N')}"}[sweep]
@@ -123,7 +123,7 @@ def plot(rows: list[dict], out: Path) -> None:
             axes[r, c].set_xscale("log")
             axes[r, c].set_yscale("log")
             axes[r, c].set_xlabel(f"{key} ({'checkpoints' if key == 'M' else 'runs'}), {fixed}")
-        axes[0, c].set_ylabel("fit wall seconds")
+        axes[0, c].set_ylabel("fit CPU seconds")
         axes[1, c].set_ylabel("peak RSS above start (MB)")
         axes[0, c].legend(fontsize=8)
     fig.suptitle("Fit cost on fully observed learning curves (equal L-BFGS-B iteration cap, 1 thread)")
