@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def snippets() -> list[str]:
     section = (ROOT / "README.md").read_text().split("## Use with Ax", 1)[1]
+    section = re.split(r"\n## ", section, maxsplit=1)[0]  # up to the next section
     return re.findall(r"```python\n(.*?)```", section, re.S)
 
 

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_readme_model_snippet_runs() -> None:
     readme = (ROOT / "README.md").read_text()
-    section = readme.split("## GPAR as a BoTorch model", 1)[1]
+    section = readme.split("## GPAR as a BoTorch model", 1)[1].split("\n## ", 1)[0]
     snippet = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     namespace: dict = {}
     exec(compile(snippet, "README.md", "exec"), namespace)
