@@ -197,3 +197,35 @@ def test_bad_options_and_names_are_rejected() -> None:
         GPARModel(X, Y, kernel="cubic")
     with pytest.raises(ValueError, match="Unknown output 7"):
         GPARModel(X, Y, output_names=EPOCHS).output_index(7)
+
+
+def test_conditional_fits_default_to_the_relative_tolerance_and_accept_overrides(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import gpar_bo.model as model_module
+    from botorch.fit import fit_gpytorch_mll
+    from botorch.optim.fit import fit_gpytorch_mll_torch
+
+    from gpar_bo import GPARMarginalLogLikelihood
+
+    seen: list[dict] = []
+
+    def spy(mll, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        seen.append(kwargs)
+        return fit_gpytorch_mll(mll, **kwargs)
+
+    monkeypatch.setattr(model_module, "fit_gpytorch_mll", spy)
+    X, Y = partial_curves(n=12)
+
+    def fit_with(**kwargs) -> None:  # noqa: ANN003
+        seen.clear()
+        model = GPARModel(X, Y)
+        fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model), **kwargs)
+
+    fit_with()
+    assert len(seen) == Y.shape[-1]
+    assert all(k["optimizer_kwargs"]["options"] == {"ftol": model_module.FIT_FTOL} for k in seen)
+    fit_with(optimizer_kwargs={"options": {"ftol": 1e-9, "maxiter": 7}})
+    assert all(k["optimizer_kwargs"]["options"] == {"ftol": 1e-9, "maxiter": 7} for k in seen)
+    fit_with(optimizer=fit_gpytorch_mll_torch, optimizer_kwargs={"step_limit": 3})
+    assert all(k["optimizer_kwargs"] == {"step_limit": 3} for k in seen)
