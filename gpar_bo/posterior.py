@@ -152,25 +152,34 @@ class GPARPosterior(Posterior):
         samples = reported[..., self.output_indices]
         return samples if self.sample_transform is None else self.sample_transform(samples)
 
-    def _shared_points(self, base_samples: Tensor, sample_ndim: int) -> int:
-        """How many leading points every t-batch shares, with shared normals.
+    def _shared_points(self, base_samples: Tensor, sample_ndim: int) -> Tensor:
+        """Which points every t-batch shares, with shared normals.
 
-        qLogNEI evaluates ``cat(X_baseline, X)`` for every candidate ``X``. The
-        baseline's sample paths then do not depend on the candidate: they are
-        drawn once, and each candidate is sampled conditionally on them (the
-        GPAR analogue of BoTorch's ``cache_root``), instead of factorising a
-        ``(n + q) x (n + q)`` covariance per sample and candidate.
+        qLogNEI evaluates ``cat(X_baseline, X)`` for every candidate ``X``, and
+        ``X_pending`` is appended as ``cat(X, X_pending)``. Such points' sample
+        paths do not depend on the candidate: they are drawn once, and each
+        candidate is sampled conditionally on them (the GPAR analogue of
+        BoTorch's ``cache_root``), instead of factorising a ``(n + q) x (n + q)``
+        covariance per sample and candidate.
+
+        Args:
+            base_samples: ``sample_shape x batch_shape x q x M`` standard normals.
+            sample_ndim: The number of sample dimensions.
+
+        Returns:
+            A ``q`` bool tensor, True at the points shared by all t-batches (all
+            False unless the normals are broadcast over the t-batches).
         """
+        q = self.X.shape[-2]
         batch_dims = range(sample_ndim, base_samples.dim() - 2)
         # BoTorch's samplers pass one draw expanded over the t-batches (stride 0).
         broadcast = all(
             base_samples.shape[i] == 1 or base_samples.stride(i) == 0 for i in batch_dims
         )
         if self.X.dim() < 3 or not broadcast:
-            return 0
-        flat = self.X.detach().reshape(-1, *self.X.shape[-2:])
-        same = (flat == flat[:1]).all(-1).all(0)
-        return int(same.long().cumprod(0).sum())
+            return torch.zeros(q, dtype=torch.bool, device=self.device)
+        flat = self.X.detach().reshape(-1, q, self.X.shape[-1])
+        return (flat == flat[:1]).all(-1).all(0)
 
     def _propagate(
         self, sample_shape: torch.Size, base_samples: Tensor
@@ -181,7 +190,11 @@ class GPARPosterior(Posterior):
         ``_shared_points``; often empty) and the rest ``C``. For each output,
         ``B`` is sampled jointly, then ``C`` jointly within each t-batch and
         conditionally on ``B``'s draw, which together is the exact joint draw
-        ``mean + chol(K) eps`` over ``B`` and ``C``.
+        ``mean + chol(K) eps`` over the points reordered as ``(B, C)``.
+        Shared points that do not lead (``X_pending`` trails) are moved to the
+        front, with their normals, and the results moved back. The joint is
+        permutation-equivariant, so this is still an exact, deterministic and
+        differentiable draw; only which normal drives which point changes.
 
         Args:
             sample_shape: The sample shape ``S``.
@@ -195,11 +208,19 @@ class GPARPosterior(Posterior):
         """
         batch_shape, (q, d) = self.X.shape[:-2], self.X.shape[-2:]
         s, b, M = sample_shape.numel(), batch_shape.numel(), self.num_sampled
-        k = self._shared_points(base_samples, len(sample_shape))
+        is_shared = self._shared_points(base_samples, len(sample_shape))
+        k = int(is_shared.sum())
+        X, mask, values = self.X, self.prefix_mask, self.prefix_values
+        # Shared points first, the others after them, each in their given order.
+        order = torch.argsort((~is_shared).to(torch.uint8), stable=True)
+        reorder = not bool(is_shared[:k].all())  # not already leading
+        if reorder:
+            # Permute the normals before they are expanded over the t-batches.
+            X, mask, values, base_samples = (
+                t.index_select(-2, order) for t in (X, mask, values, base_samples)
+            )
         eps = base_samples.expand(sample_shape + self.base_sample_shape).reshape(s, b, q, M)
-        X = self.X.reshape(b, q, d)
-        mask = self.prefix_mask.reshape(b, q, M)
-        values = self.prefix_values.reshape(b, q, M)
+        X, mask, values = X.reshape(b, q, d), mask.reshape(b, q, M), values.reshape(b, q, M)
         shared = _Block(X[0, :k], mask[0, :k], values[0, :k], eps[:, 0, :k])
         rest = _Block(X[:, k:], mask[:, k:], values[:, k:], eps[:, :, k:])
         for m in range(M):
@@ -256,10 +277,11 @@ class GPARPosterior(Posterior):
         parts = [shared.stacked(s, b)] if k else []
         parts += [rest.stacked(s, b)] if q > k else []
         out_shape = sample_shape + batch_shape + torch.Size([q, M])
-        return tuple(
-            torch.cat([part[i] for part in parts], dim=-2).reshape(out_shape)
-            for i in range(3)
-        )
+        results = (torch.cat([part[i] for part in parts], dim=-2) for i in range(3))
+        if reorder:  # back to the caller's order of points
+            inverse = torch.argsort(order)
+            results = (r.index_select(-2, inverse) for r in results)
+        return tuple(r.reshape(out_shape) for r in results)
 
     @cached_property
     def _moments(self) -> tuple[Tensor, Tensor]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from botorch.acquisition.objective import ScalarizedPosteriorTransform
+from botorch.acquisition.logei import qLogExpectedImprovement
+from botorch.acquisition.objective import LinearMCObjective, ScalarizedPosteriorTransform
 from botorch.sampling.get_sampler import get_sampler
 from botorch.sampling.normal import IIDNormalSampler, SobolQMCNormalSampler
 from conftest import fit
@@ -175,16 +176,107 @@ def test_shared_baseline_block_matches_joint_sampling(curve_model: GPARModel, q:
     X = torch.cat([baseline.expand(4, 12, 2), candidates], dim=1)
     base = torch.randn(16, 1, 12 + q, 5, dtype=torch.double)
     posterior = curve_model.posterior(X)
-    assert posterior._shared_points(base, sample_ndim=1) == 12
+    leading = [True] * 12 + [False] * q
+    assert posterior._shared_points(base, sample_ndim=1).tolist() == leading
     # Samplers hand over an expanded view; distinct draws per t-batch are not shared.
-    assert posterior._shared_points(base.expand(16, 4, 12 + q, 5), sample_ndim=1) == 12
-    assert posterior._shared_points(torch.randn(16, 4, 12 + q, 5), sample_ndim=1) == 0
+    assert posterior._shared_points(base.expand(16, 4, 12 + q, 5), sample_ndim=1).tolist() == leading
+    assert not posterior._shared_points(torch.randn(16, 4, 12 + q, 5), sample_ndim=1).any()
     batched = posterior.rsample_from_base_samples(torch.Size([16]), base)
     for i in range(4):
         alone = curve_model.posterior(X[i])
-        assert alone._shared_points(base[:, 0], sample_ndim=1) == 0
+        assert not alone._shared_points(base[:, 0], sample_ndim=1).any()
         joint = alone.rsample_from_base_samples(torch.Size([16]), base[:, 0])
         torch.testing.assert_close(batched[:, i], joint, rtol=0, atol=1e-5)
+
+
+def _pending_layout(baseline: torch.Tensor, q: int) -> tuple[torch.Tensor, list[bool]]:
+    """Four t-batches: ``baseline``, then q candidates, then 3 pending points."""
+    generator = torch.Generator().manual_seed(7)
+    candidates = torch.rand(4, q, 2, dtype=torch.double, generator=generator)
+    pending = torch.rand(3, 2, dtype=torch.double, generator=generator)
+    n = baseline.shape[0]
+    X = torch.cat([baseline.expand(4, n, 2), candidates, pending.expand(4, 3, 2)], dim=1)
+    return X, [True] * n + [False] * q + [True] * 3
+
+
+@pytest.mark.parametrize("num_baseline", [0, 5])
+@pytest.mark.parametrize("q", [1, 3])
+def test_shared_trailing_points_match_joint_sampling_reordered(
+    curve_model: GPARModel, q: int, num_baseline: int
+) -> None:
+    # qLogEI's X_pending layout (shared points trail), and qLogNEI's with
+    # pending points (shared points lead and trail). The fast path samples the
+    # shared points first: exactly the joint draw over the points reordered
+    # that way, with the normals reordered alike.
+    X, shared = _pending_layout(curve_model.train_X[:num_baseline], q)
+    n = X.shape[1]
+    base = torch.randn(16, 1, n, 5, dtype=torch.double)
+    posterior = curve_model.posterior(X)
+    assert posterior._shared_points(base, sample_ndim=1).tolist() == shared
+    batched = posterior.rsample_from_base_samples(torch.Size([16]), base)
+    order = torch.tensor([i for i in range(n) if shared[i]] + [i for i in range(n) if not shared[i]])
+    inverse = torch.argsort(order)
+    for i in range(4):
+        alone = curve_model.posterior(X[i, order])  # no t-batch: the joint path
+        joint = alone.rsample_from_base_samples(torch.Size([16]), base[:, 0, order])
+        torch.testing.assert_close(batched[:, i], joint[:, inverse], rtol=0, atol=1e-5)
+
+
+def test_shared_trailing_points_match_the_joint_distribution(curve_model: GPARModel) -> None:
+    X, _ = _pending_layout(curve_model.train_X[:0], q=1)
+    posterior = curve_model.posterior(X)
+    n, generator = 20000, torch.Generator().manual_seed(0)
+    shared_normals = torch.randn(n, 1, 4, 5, dtype=torch.double, generator=generator)
+    fast = posterior.rsample_from_base_samples(torch.Size([n]), shared_normals)
+    # Distinct normals per t-batch are not shared: the joint path.
+    distinct_normals = torch.randn(n, 4, 4, 5, dtype=torch.double, generator=generator)
+    slow = posterior.rsample_from_base_samples(torch.Size([n]), distinct_normals)
+    for i in range(4):
+        a, b = fast[:, i, :, [0, 4]].reshape(n, -1), slow[:, i, :, [0, 4]].reshape(n, -1)
+        std = b.std(0)
+        # Means within 5 standard errors of their difference, correlations within ~5.
+        assert ((a.mean(0) - b.mean(0)).abs() < 5 * std * (2 / n) ** 0.5).all()
+        corr = (a.T.cov() - b.T.cov()) / (std[:, None] * std[None, :])
+        assert corr.abs().max() < 0.05
+
+
+def test_log_ei_with_pending_points_uses_the_shared_path(
+    curve_model: GPARModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # qLogEI appends X_pending to every candidate's t-batch.
+    generator = torch.Generator().manual_seed(2)
+    pending = torch.rand(3, 2, dtype=torch.double, generator=generator)
+    candidates = 0.25 + 0.25 * torch.rand(20, 1, 2, dtype=torch.double, generator=generator)
+    best = -curve_model.train_Y[:, 4].nanmedian()
+    weights = torch.tensor([0.0, 0.0, 0.0, 0.0, -1.0], dtype=torch.double)
+
+    def log_ei(X: torch.Tensor) -> torch.Tensor:
+        sampler = SobolQMCNormalSampler(sample_shape=torch.Size([512]), seed=0)
+        acqf = qLogExpectedImprovement(
+            curve_model, best_f=best, objective=LinearMCObjective(weights), sampler=sampler, X_pending=pending
+        )
+        return acqf(X)
+
+    shared_counts = []
+    shared_points = GPARPosterior._shared_points
+
+    def spy(posterior: GPARPosterior, *args: object) -> torch.Tensor:
+        shared = shared_points(posterior, *args)
+        shared_counts.append(int(shared.sum()))
+        return shared
+
+    monkeypatch.setattr(GPARPosterior, "_shared_points", spy)
+    X = candidates.clone().requires_grad_(True)
+    fast = log_ei(X)
+    assert shared_counts == [3]
+    fast.sum().backward()
+    assert torch.isfinite(X.grad).all() and (X.grad.abs() > 0).any()
+    monkeypatch.setattr(
+        GPARPosterior, "_shared_points", lambda p, *args: torch.zeros(p.X.shape[-2], dtype=torch.bool)
+    )
+    slow = log_ei(candidates)
+    # Different normals drive the points, so the two agree up to Monte Carlo error.
+    torch.testing.assert_close(fast.detach().exp(), slow.exp(), rtol=0.05, atol=5e-4)
 
 
 def test_moments_are_pointwise_and_scale_to_many_points(curve_model: GPARModel) -> None:
