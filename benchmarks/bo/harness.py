@@ -6,7 +6,8 @@ stop a running trial whenever it reports a checkpoint (``Method.should_stop``).
 ``simulate`` runs W workers asynchronously in epoch time: every tick each busy
 worker trains its trial one epoch; at a checkpoint epoch the trial reports its
 validation error (and loss), and is completed at the last epoch. A free worker
-asks the method for a setting at once. The cost is the number of epochs
+asks the method for a setting at once (or, if the method says so, resumes a
+stopped trial from where it stopped). The cost is the number of epochs
 consumed, summed over workers; the anytime result is the best *final-epoch*
 error among trials trained to the last epoch (a stopped trial never counts).
 """
@@ -145,6 +146,15 @@ class Method:
         """The next setting to start: an index in ``history.remaining()``."""
         raise NotImplementedError
 
+    def resume(self, history: History) -> int | None:
+        """The ``trial_id`` of a stopped trial to continue on a free worker, or None.
+
+        Asked before ``suggest`` whenever a worker is free; the trial continues
+        from the epoch it was stopped at (so only the remaining epochs cost).
+        Methods that never pause runs (the default) return None.
+        """
+        return None
+
     def should_stop(self, history: History, trial: Trial) -> bool:
         """Called when a running trial reports a checkpoint before the last one."""
         return False
@@ -206,10 +216,19 @@ def simulate(
     consumed = 0
 
     def start() -> Trial | None:
-        if len(history.started) == problem.X.shape[0]:
-            return None
         observed = sum(1 for t in history.trials if t.errors)
         tic = time.perf_counter()
+        resumed = method.resume(history)
+        if resumed is not None:
+            trial = history.trials[resumed]
+            if trial.status is not Status.STOPPED:
+                raise RuntimeError(f"{method.name} resumed trial {resumed}, which is not stopped.")
+            trace.suggest_seconds.append(time.perf_counter() - tic)
+            trace.suggest_observed.append(observed)
+            trial.status = Status.RUNNING
+            return trial
+        if len(history.started) == problem.X.shape[0]:
+            return None
         setting = int(method.suggest(history))
         trace.suggest_seconds.append(time.perf_counter() - tic)
         trace.suggest_observed.append(observed)

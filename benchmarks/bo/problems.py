@@ -1,0 +1,117 @@
+"""Tabular problems for the BO benchmark: the MNIST MLP table and a synthetic family.
+
+Both return a ``TabularProblem`` with settings in the unit cube and full
+21-epoch validation error and loss curves.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from benchmarks.bo.harness import TabularProblem
+from gpar_bo.mnist import HPARAM_NAMES
+from gpar_bo.mnist.curves import load_curves
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+MNIST_CSV = DATA / "mnist_curves_tabular.csv"
+EPOCHS = 21
+DEFAULT_CHECKPOINTS = (1, 3, 7, 14, 21)
+
+
+def grid_bounds(metadata: dict) -> tuple[Tensor, Tensor]:
+    """Lower and upper bounds (``d`` each) of the sampling grid, in ``HPARAM_NAMES`` order.
+
+    The grid, not the sampled data, defines the cube, so a setting's unit-cube
+    coordinates do not depend on which settings happened to be sampled.
+    """
+    grid = metadata["grid"]
+    if list(grid) != list(HPARAM_NAMES):
+        raise ValueError(f"grid parameters {list(grid)} differ from HPARAM_NAMES {HPARAM_NAMES}.")
+    lower = torch.tensor([min(v) for v in grid.values()], dtype=torch.double)
+    upper = torch.tensor([max(v) for v in grid.values()], dtype=torch.double)
+    return lower, upper
+
+
+def mnist_problem(
+    checkpoints: Sequence[int] = DEFAULT_CHECKPOINTS, path: Path = MNIST_CSV
+) -> TabularProblem:
+    """The committed table of 2,000 MNIST MLP settings with 21-epoch curves.
+
+    Args:
+        checkpoints: Epochs at which runs report (increasing, last == 21).
+        path: The CSV; its metadata is the ``.json`` file next to it.
+
+    Returns:
+        A problem with ``X``: ``2000 x 6`` in the unit cube (grid bounds),
+        ``error`` and ``loss``: ``2000 x 21``.
+    """
+    metadata = json.loads(Path(path).with_suffix(".json").read_text())
+    X, error = load_curves(path, epochs=range(1, EPOCHS + 1), metric="error")
+    _, loss = load_curves(path, epochs=range(1, EPOCHS + 1), metric="loss")
+    lower, upper = grid_bounds(metadata)
+    X = (X - lower) / (upper - lower)
+    return TabularProblem("mnist", X, error, loss, tuple(checkpoints))
+
+
+def synthetic_curves(X: Tensor, epochs: int, optimum: Tensor) -> Tensor:
+    """Noise-free power-law error curves whose shape depends on ``x``.
+
+    The final error (plateau) grows with the squared distance to ``optimum``;
+    the speed grows with ``x_0`` and the starting error falls with ``x_1``, so
+    settings far from the optimum can start fast and low yet plateau high and
+    the curves cross.
+
+    Args:
+        X: ``n x d`` settings in the unit cube (``d >= 2``).
+        epochs: Number of epochs ``E``.
+        optimum: ``d`` location of the lowest plateau.
+
+    Returns:
+        ``n x E`` errors in (0, 1).
+    """
+    t = torch.arange(1, epochs + 1, dtype=X.dtype)
+    plateau = 0.02 + 0.6 * ((X - optimum) ** 2).mean(-1, keepdim=True)
+    speed = 0.3 + 2.0 * X[:, :1]
+    start = 0.9 - 0.4 * X[:, 1:2]
+    return plateau + (start - plateau) * t ** (-speed)
+
+
+def synthetic_problem(
+    n: int = 1000,
+    d: int = 4,
+    seed: int = 0,
+    checkpoints: Sequence[int] = DEFAULT_CHECKPOINTS,
+    noise_std: float = 0.005,
+) -> TabularProblem:
+    """A synthetic learning-curve table for fast checks (deterministic given ``seed``).
+
+    Settings are uniform in the unit cube; the optimum is drawn from the
+    middle of the cube. Error: ``synthetic_curves`` plus Gaussian noise,
+    clipped to [0, 1]. Loss: ``-log(1 - 0.9 * error)`` (monotone in the
+    error, like cross-entropy) plus its own noise.
+
+    Args:
+        n: Number of settings.
+        d: Dimension (>= 2).
+        seed: Seed for the settings, the optimum and the noise.
+        checkpoints: Epochs at which runs report (last == 21).
+        noise_std: Noise standard deviation of error and loss.
+
+    Returns:
+        A problem with ``X``: ``n x d``, ``error`` and ``loss``: ``n x 21``.
+    """
+    if n < 1 or d < 2:
+        raise ValueError(f"need n >= 1 and d >= 2, got n={n}, d={d}.")
+    generator = torch.Generator().manual_seed(seed)
+    X = torch.rand(n, d, generator=generator, dtype=torch.double)
+    optimum = 0.25 + 0.5 * torch.rand(d, generator=generator, dtype=torch.double)
+    clean = synthetic_curves(X, EPOCHS, optimum)
+    noise = torch.randn(2, n, EPOCHS, generator=generator, dtype=torch.double) * noise_std
+    error = (clean + noise[0]).clamp(0.0, 1.0)
+    loss = -torch.log1p(-0.9 * clean) + noise[1]
+    return TabularProblem("synthetic", X, error, loss, tuple(checkpoints))
