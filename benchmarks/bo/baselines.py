@@ -141,6 +141,9 @@ class OptunaTPEHyperband(Method):
         super().reset(problem, seed)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.study = optuna.create_study(
+            # The pruner assigns Hyperband brackets by hashing the study name, so a
+            # fixed name keeps runs reproducible (the default name is random).
+            study_name=f"tabular-{seed}",
             direction="minimize",
             sampler=optuna.samplers.TPESampler(seed=seed, constant_liar=True),
             pruner=optuna.pruners.HyperbandPruner(
