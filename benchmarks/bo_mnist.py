@@ -24,6 +24,7 @@ seeds, small budget, results in ``benchmarks/results/quick/``).
 from __future__ import annotations
 
 import argparse
+import csv
 import functools
 import json
 import os
@@ -71,7 +72,9 @@ def available_methods() -> dict[str, Callable[[], Method]]:
     """All runnable methods by name (Optuna's only if Optuna is installed)."""
     methods: dict[str, Callable[[], Method]] = dict(BASELINES)
     if not optuna_available():
-        print("optuna is not installed (pip install gpar-bo[bench]): skipping optuna_tpe_hyperband.")
+        print(
+            "optuna is not installed (pip install gpar-bo[bench]): skipping optuna_tpe_hyperband."
+        )
         del methods["optuna_tpe_hyperband"]
     return {**methods, **model_methods()}
 
@@ -84,7 +87,9 @@ def make_problem(name: str, n_settings: int) -> TabularProblem:
 _PROBLEMS: dict[tuple[str, int], TabularProblem] = {}
 
 
-def run_one(problem: str, n_settings: int, method: str, seed: int, budget: int, workers: int) -> dict:
+def run_one(
+    problem: str, n_settings: int, method: str, seed: int, budget: int, workers: int
+) -> dict:
     """Simulate one (method, seed) run; returns its JSON line (trace plus run settings)."""
     torch.set_num_threads(1)
     key = (problem, n_settings)
@@ -129,7 +134,9 @@ def run_all(args: argparse.Namespace, runs_path: Path, n_settings: int) -> list[
             for job in todo:
                 record(run_one(*job))
         else:
-            with ProcessPoolExecutor(args.jobs, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+            with ProcessPoolExecutor(
+                args.jobs, initializer=torch.set_num_threads, initargs=(1,)
+            ) as pool:
                 for future in as_completed([pool.submit(run_one, *job) for job in todo]):
                     record(future.result())
     wanted = {(m, s) for m in args.methods for s in range(args.seeds)}
@@ -137,19 +144,22 @@ def run_all(args: argparse.Namespace, runs_path: Path, n_settings: int) -> list[
         line
         for line in done
         if (line["method"], line["seed"]) in wanted
-        and (line["budget"], line["workers"], line["n_settings"]) == (args.budget, args.workers, n_settings)
+        and (line["budget"], line["workers"], line["n_settings"])
+        == (args.budget, args.workers, n_settings)
     ]
 
 
-def plot(runs: dict[str, list[dict]], best: float, before: float, budget: int, path: Path) -> None:
+def plot(
+    bands: dict[str, tuple[np.ndarray, np.ndarray]], runs: dict[str, list[dict]], path: Path
+) -> None:
     """Regret vs epochs (mean and SE band, log y) and mean suggest seconds per method."""
-    grid = np.arange(1, budget + 1)
     fig, (ax, ax_cost) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [2, 1]})
     floor = 1e-4  # zero regret cannot be drawn on a log axis
-    for method, traces in runs.items():
-        mean, se = analysis.mean_se(np.array([analysis.regret_curve(t, best, before, grid) for t in traces]))
+    for method, (mean, se) in bands.items():
+        grid = np.arange(1, len(mean) + 1)
         (line,) = ax.plot(grid, np.maximum(mean, floor), label=method)
-        ax.fill_between(grid, np.maximum(mean - se, floor), np.maximum(mean + se, floor), color=line.get_color(), alpha=0.2)
+        low, high = np.maximum(mean - se, floor), np.maximum(mean + se, floor)
+        ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.2)
     ax.axhline(analysis.THRESHOLD, color="grey", linestyle=":", label="0.5% regret")
     ax.set(yscale="log", xlabel="epochs consumed", ylabel="simple regret (final val error)")
     ax.legend(fontsize=8)
@@ -162,6 +172,14 @@ def plot(runs: dict[str, list[dict]], best: float, before: float, budget: int, p
     plt.close(fig)
 
 
+def write_csv(path: Path, rows: list[dict]) -> None:
+    """``rows`` (dicts with the same keys) as a CSV file."""
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def surrogate_rows(problem: TabularProblem, seeds: int, quick: bool) -> list[dict]:
     """The surrogate-quality table, or none if its module does not import (yet)."""
     try:
@@ -172,10 +190,44 @@ def surrogate_rows(problem: TabularProblem, seeds: int, quick: bool) -> list[dic
     return surrogate_quality(problem, list(range(seeds)), quick)
 
 
-def report(args: argparse.Namespace, lines: list[dict], problem: TabularProblem, argv: list[str] | None) -> dict:
+def notes_markdown(
+    args: argparse.Namespace,
+    problem: TabularProblem,
+    before: float,
+    targets: list[dict],
+    tests: list[dict],
+    surrogates: list[dict],
+) -> str:
+    """The markdown under the results table: protocol, targets, tests, surrogate quality."""
+    best = problem.best_final_error
+    notes = [
+        f"Problem `{problem.name}`: {problem.X.shape[0]} settings, d={problem.X.shape[1]}, "
+        f"checkpoints {list(problem.checkpoints)}; best final error {best:.4f}, "
+        f"median {best + before:.4f}. "
+        f"Budget {args.budget} epochs, {args.workers} asynchronous workers.",
+        "Regret = incumbent final-epoch validation error minus the table's best; before the first "
+        "completed run it is the median setting's regret. `se@b`: standard error over seeds. "
+        "`epochs_to_0.5%`: mean epochs until regret <= 0.005, a seed that never got there counted "
+        "as the budget (so a lower bound unless all reached). Overhead: seconds per suggest call "
+        "(`suggest_at_200_s`: calls with >= 200 observed trials) and per should_stop call.",
+        "## Targets\n\n"
+        + (markdown_table(targets) if targets else "Not evaluable: gpar_es did not run."),
+        "## Paired one-sided Wilcoxon: gpar_es regret < other\n\n"
+        + (markdown_table(tests) if tests else "gpar_es did not run."),
+    ]
+    if surrogates:
+        notes.append(
+            "## Surrogate quality on held-out partial curves\n\n" + markdown_table(surrogates)
+        )
+    return "\n\n".join(notes)
+
+
+def report(
+    args: argparse.Namespace, lines: list[dict], problem: TabularProblem, argv: list[str] | None
+) -> dict:
     """Analyse the runs and write the markdown, CSV, JSON and PNG results."""
     runs: dict[str, list[dict]] = {m: [] for m in args.methods}
-    for line in sorted(lines, key=lambda l: l["seed"]):
+    for line in sorted(lines, key=lambda line: line["seed"]):
         runs[line["method"]].append(line)
     runs = {m: t for m, t in runs.items() if t}
     best = problem.best_final_error
@@ -185,29 +237,12 @@ def report(args: argparse.Namespace, lines: list[dict], problem: TabularProblem,
     targets = analysis.check_targets(runs, best, before, args.budget)
     stem = f"bo_{args.problem}"
     args.out.mkdir(parents=True, exist_ok=True)
-    plot(runs, best, before, args.budget, args.out / f"{stem}.png")
     surrogates = [] if args.no_surrogates else surrogate_rows(problem, args.seeds, args.quick)
-    notes = [
-        f"Problem `{problem.name}`: {problem.X.shape[0]} settings, d={problem.X.shape[1]}, "
-        f"checkpoints {list(problem.checkpoints)}; best final error {best:.4f}, median {best + before:.4f}. "
-        f"Budget {args.budget} epochs, {args.workers} asynchronous workers.",
-        "Regret = incumbent final-epoch validation error minus the table's best; before the first "
-        "completed run it is the median setting's regret. `se@b`: standard error over seeds. "
-        "`epochs_to_0.5%`: mean epochs until regret <= 0.005, a seed that never got there counted "
-        "as the budget (so a lower bound unless all reached). Overhead: seconds per suggest call "
-        "(`suggest_at_200_s`: calls with >= 200 observed trials) and per should_stop call.",
-        "## Targets\n\n" + (markdown_table(targets) if targets else "Not evaluable: gpar_es did not run."),
-        "## Paired one-sided Wilcoxon: gpar_es regret < other\n\n"
-        + (markdown_table(tests) if tests else "gpar_es did not run."),
-    ]
     if surrogates:
-        notes.append("## Surrogate quality on held-out partial curves\n\n" + markdown_table(surrogates))
-        write_results(args.out, f"{stem}_surrogates", "Surrogate quality", surrogates, command_line(argv), list(range(args.seeds)))
-    grid = list(range(1, args.budget + 1))
-    curves = {}
-    for method, traces in runs.items():
-        mean, se = analysis.mean_se(np.array([analysis.regret_curve(t, best, before, grid) for t in traces]))
-        curves[method] = {"mean": mean.tolist(), "se": se.tolist()}
+        write_csv(args.out / f"{stem}_surrogates.csv", surrogates)
+    bands = analysis.regret_bands(runs, best, before, args.budget)
+    plot(bands, runs, args.out / f"{stem}.png")
+    curves = {m: {"mean": mean.tolist(), "se": se.tolist()} for m, (mean, se) in bands.items()}
     write_results(
         args.out,
         stem,
@@ -215,23 +250,50 @@ def report(args: argparse.Namespace, lines: list[dict], problem: TabularProblem,
         rows,
         command_line(argv),
         list(range(args.seeds)),
-        notes="\n\n".join(notes),
-        extra={"targets": targets, "wilcoxon": tests, "surrogates": surrogates, "curves": curves, "budget": args.budget},
+        notes=notes_markdown(args, problem, before, targets, tests, surrogates),
+        extra={
+            "targets": targets,
+            "wilcoxon": tests,
+            "surrogates": surrogates,
+            "curves": curves,
+            "budget": args.budget,
+        },
     )
     return {"rows": rows, "targets": targets}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--problem", choices=("mnist", "synthetic"), default="mnist", help="the table (default mnist)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--problem",
+        choices=("mnist", "synthetic"),
+        default="mnist",
+        help="the table (default mnist)",
+    )
     parser.add_argument("--methods", nargs="+", help="method names (default: all available)")
-    parser.add_argument("--seeds", type=int, default=20, help="seeds 0..N-1 per method (default 20)")
+    parser.add_argument(
+        "--seeds", type=int, default=20, help="seeds 0..N-1 per method (default 20)"
+    )
     parser.add_argument("--budget", type=int, default=1000, help="epochs per run (default 1000)")
-    parser.add_argument("--workers", type=int, default=4, help="asynchronous workers per run (default 4)")
-    parser.add_argument("--jobs", type=int, default=2, help="parallel processes over runs (default 2)")
-    parser.add_argument("--quick", action="store_true", help="CI smoke test: synthetic, 2 seeds, budget 150")
-    parser.add_argument("--no-surrogates", action="store_true", help="skip the surrogate-quality table")
-    parser.add_argument("--out", type=Path, help="results directory (default benchmarks/results/, quick: .../quick/)")
+    parser.add_argument(
+        "--workers", type=int, default=4, help="asynchronous workers per run (default 4)"
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=2, help="parallel processes over runs (default 2)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="CI smoke test: synthetic, 2 seeds, budget 150"
+    )
+    parser.add_argument(
+        "--no-surrogates", action="store_true", help="skip the surrogate-quality table"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="results directory (default benchmarks/results/, quick: .../quick/)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.problem, args.seeds, args.budget = "synthetic", QUICK["seeds"], QUICK["budget"]
@@ -253,7 +315,8 @@ def main(argv: list[str] | None = None) -> dict:
     result = report(args, lines, problem, argv)
     print(markdown_table(result["rows"]))
     for target in result["targets"]:
-        print(f"{'MET' if target['met'] else 'MISSED' if target['met'] is False else 'N/A'}: {target['target']} ({target['value']})")
+        verdict = {True: "MET", False: "MISSED", None: "N/A"}[target["met"]]
+        print(f"{verdict}: {target['target']} ({target['value']})")
     return result
 
 

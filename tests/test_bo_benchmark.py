@@ -17,8 +17,8 @@ sys.path.insert(0, str(REPO))  # `benchmarks` is not a package on the install pa
 
 from benchmarks import bo_mnist  # noqa: E402
 from benchmarks.bo import analysis  # noqa: E402
-from benchmarks.bo.baselines import ASHA, BASELINES, OneEpochTopK, RandomSearch  # noqa: E402
-from benchmarks.bo.harness import History, Status, TabularProblem, simulate  # noqa: E402
+from benchmarks.bo.baselines import ASHA, BASELINES, OneEpochTopK  # noqa: E402
+from benchmarks.bo.harness import History, TabularProblem, simulate  # noqa: E402
 from benchmarks.bo.problems import grid_bounds, mnist_problem, synthetic_problem  # noqa: E402
 
 CHEAP = ["random", "asha", "one_epoch"]
@@ -26,7 +26,9 @@ CHEAP = ["random", "asha", "one_epoch"]
 
 def hand_problem(first: list[float], checkpoints: tuple[int, ...] = (1, 2)) -> TabularProblem:
     """Curves whose error at epoch 1 is ``first`` and then stays flat."""
-    error = torch.tensor(first, dtype=torch.double).unsqueeze(-1).expand(-1, checkpoints[-1]).clone()
+    error = (
+        torch.tensor(first, dtype=torch.double).unsqueeze(-1).expand(-1, checkpoints[-1]).clone()
+    )
     X = torch.linspace(0, 1, len(first), dtype=torch.double).unsqueeze(-1)
     return TabularProblem("hand", X, error, error.clone(), checkpoints)
 
@@ -46,7 +48,8 @@ def test_harness_accounting(small: TabularProblem, name: str, budget: int) -> No
     trace = simulate(BASELINES[name](), small, seed=0, budget=budget)
     consumed = sum(t["epochs"] for t in trace.trials)
     assert consumed == budget or (
-        len(trace.trials) == small.X.shape[0] and all(t["status"] != "running" for t in trace.trials)
+        len(trace.trials) == small.X.shape[0]
+        and all(t["status"] != "running" for t in trace.trials)
     )
     completed = {t["setting"] for t in trace.trials if t["status"] == "completed"}
     finals = {float(small.final_error[s]) for s in completed}
@@ -67,7 +70,15 @@ def test_asha_stops_exactly_outside_top_third() -> None:
     first = [0.5, 0.6, 0.4, 0.7, 0.3, 0.45, 0.42]
     trace = simulate(InOrderASHA(eta=3), hand_problem(first), seed=0, budget=100, workers=1)
     statuses = [t["status"] for t in trace.trials]
-    assert statuses == ["completed", "stopped", "completed", "stopped", "completed", "stopped", "completed"]
+    assert statuses == [
+        "completed",
+        "stopped",
+        "completed",
+        "stopped",
+        "completed",
+        "stopped",
+        "completed",
+    ]
     assert trace.incumbent_error == [0.5, 0.4, 0.3, 0.3]
 
 
@@ -89,7 +100,10 @@ def test_one_epoch_trains_true_top_k_per_round() -> None:
 
 @pytest.mark.parametrize("name", CHEAP)
 def test_determinism(small: TabularProblem, name: str) -> None:
-    runs = [without_timing(simulate(BASELINES[name](), small, seed, 300).to_json()) for seed in (4, 4, 5)]
+    runs = [
+        without_timing(simulate(BASELINES[name](), small, seed, 300).to_json())
+        for seed in (4, 4, 5)
+    ]
     assert runs[0] == runs[1]
     assert runs[0]["trials"] != runs[2]["trials"]
 
@@ -117,7 +131,11 @@ def test_mnist_problem() -> None:
 
 
 def test_synthetic_problem() -> None:
-    a, b, c = synthetic_problem(n=200, seed=1), synthetic_problem(n=200, seed=1), synthetic_problem(n=200, seed=2)
+    a, b, c = (
+        synthetic_problem(n=200, seed=1),
+        synthetic_problem(n=200, seed=1),
+        synthetic_problem(n=200, seed=2),
+    )
     assert a.X.shape == (200, 4) and a.error.shape == (200, 21)
     assert torch.equal(a.error, b.error) and not torch.equal(a.error, c.error)
     assert 0 <= a.error.min() and a.error.max() <= 1 and ((a.X >= 0) & (a.X <= 1)).all()
@@ -129,14 +147,23 @@ def test_synthetic_problem() -> None:
         synthetic_problem(d=1)
 
 
-TRACE = {"seed": 0, "epochs": [21, 42, 60], "incumbent_error": [0.3, 0.2, 0.1], "incumbent_loss": [1.0, 0.8, 0.5],
-         "suggest_seconds": [1.0, 2.0, 3.0], "suggest_observed": [100, 200, 300], "stop_seconds": []}
+TRACE = {
+    "seed": 0,
+    "epochs": [21, 42, 60],
+    "incumbent_error": [0.3, 0.2, 0.1],
+    "incumbent_loss": [1.0, 0.8, 0.5],
+    "suggest_seconds": [1.0, 2.0, 3.0],
+    "suggest_observed": [100, 200, 300],
+    "stop_seconds": [],
+}
 
 
 def test_regret_step_function_and_budgets() -> None:
     regret = analysis.regret_curve(TRACE, best=0.05, before=0.5, grid=[1, 20, 21, 41, 42, 100])
     np.testing.assert_allclose(regret, [0.5, 0.5, 0.25, 0.25, 0.15, 0.05])
-    np.testing.assert_allclose(analysis.regret_at(TRACE, 0.05, 0.5, [10, 50, 1000], budget=50), [0.5, 0.15, 0.15])
+    np.testing.assert_allclose(
+        analysis.regret_at(TRACE, 0.05, 0.5, [10, 50, 1000], budget=50), [0.5, 0.15, 0.15]
+    )
     empty = {**TRACE, "epochs": [], "incumbent_error": [], "incumbent_loss": []}
     np.testing.assert_allclose(analysis.regret_curve(empty, 0.05, 0.5, [1, 99]), [0.5, 0.5])
     assert math.isnan(analysis.final_loss(empty)) and analysis.final_loss(TRACE) == 0.5
@@ -149,7 +176,9 @@ def test_epochs_to_threshold_and_overhead() -> None:
     assert analysis.censored_epochs([TRACE, TRACE], best=0.097, budget=100) == (60.0, 2)
     assert analysis.censored_epochs([TRACE], best=0.05, budget=100) == (100.0, 0)
     cost = analysis.overhead(TRACE)
-    assert cost["suggest_at_200"] == 2.5 and cost["suggest_max"] == 3.0 and cost["suggest_mean"] == 2.0
+    assert (
+        cost["suggest_at_200"] == 2.5 and cost["suggest_max"] == 3.0 and cost["suggest_mean"] == 2.0
+    )
     assert math.isnan(cost["stop_mean"])
     mean, se = analysis.mean_se(np.array([[1.0, 2.0], [3.0, 4.0]]))
     np.testing.assert_allclose(mean, [2, 3])
@@ -178,12 +207,21 @@ def test_wilcoxon_direction_and_targets() -> None:
 
 
 def test_quick_cli_writes_and_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    argv = ["--quick", "--methods", *CHEAP, "--out", str(tmp_path), "--jobs", "1", "--no-surrogates"]
+    argv = [
+        "--quick",
+        "--methods",
+        *CHEAP,
+        "--out",
+        str(tmp_path),
+        "--jobs",
+        "1",
+        "--no-surrogates",
+    ]
     result = bo_mnist.main(argv)
     for suffix in ("md", "csv", "json", "png"):
         assert (tmp_path / f"bo_synthetic.{suffix}").stat().st_size > 0
     lines = (tmp_path / "bo_synthetic_runs.jsonl").read_text().splitlines()
-    assert sorted((json.loads(l)["method"], json.loads(l)["seed"]) for l in lines) == sorted(
+    assert sorted((json.loads(x)["method"], json.loads(x)["seed"]) for x in lines) == sorted(
         (m, s) for m in CHEAP for s in range(2)
     )
     assert [r["method"] for r in result["rows"]] == CHEAP

@@ -49,7 +49,9 @@ def mean_se(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return values.mean(axis=0), se
 
 
-def regret_at(trace: dict, best: float, before: float, budgets: Sequence[int], budget: int) -> list[float]:
+def regret_at(
+    trace: dict, best: float, before: float, budgets: Sequence[int], budget: int
+) -> list[float]:
     """Regret after each of ``budgets`` epochs, each clipped to the run's ``budget``."""
     return [float(v) for v in regret_curve(trace, best, before, [min(b, budget) for b in budgets])]
 
@@ -239,3 +241,14 @@ def check_targets(
                 }
             )
     return targets
+
+
+def regret_bands(
+    runs: dict[str, list[dict]], best: float, before: float, budget: int
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per method, the mean and SE over seeds of the regret after 1..``budget`` epochs."""
+    grid = np.arange(1, budget + 1)
+    return {
+        method: mean_se(np.array([regret_curve(t, best, before, grid) for t in traces]))
+        for method, traces in runs.items()
+    }

@@ -61,7 +61,7 @@ class ASHA(Method):
 
 
 class OneEpochTopK(Method):
-    """"One epoch is all you need" (Egele et al. 2023), in asynchronous rounds.
+    """ "One epoch is all you need" (Egele et al. 2023), in asynchronous rounds.
 
     Each round screens ``n_screen`` random settings: each is stopped at the
     first checkpoint (epoch 1). Once all of a round's screens have reported,
@@ -155,7 +155,9 @@ class OptunaTPEHyperband(Method):
     def suggest(self, history: History) -> int:
         trial = self.study.ask()
         d = self.problem.X.shape[-1]
-        x = torch.tensor([trial.suggest_float(f"x{i}", 0.0, 1.0) for i in range(d)], dtype=torch.double)
+        x = torch.tensor(
+            [trial.suggest_float(f"x{i}", 0.0, 1.0) for i in range(d)], dtype=torch.double
+        )
         remaining = history.remaining()
         nearest = (self.problem.X[remaining] - x).norm(dim=-1).argmin()
         self.asked[len(history.trials)] = trial
