@@ -233,3 +233,26 @@ def test_quick_cli_writes_and_resumes(tmp_path: Path, monkeypatch: pytest.Monkey
     again = bo_mnist.main(argv)
     assert (tmp_path / "bo_synthetic_runs.jsonl").read_text().splitlines() == lines
     assert again["rows"] == result["rows"]
+
+
+class ResumesRunning(InOrderASHA):
+    """Asks to resume trial 0 while it is still running: a method bug."""
+
+    def resume(self, history: History) -> int | None:
+        return 0 if history.trials else None
+
+
+def test_harness_rejects_resuming_a_running_trial() -> None:
+    with pytest.raises(RuntimeError, match="not stopped"):
+        simulate(ResumesRunning(), hand_problem([0.1, 0.2, 0.3]), seed=0, budget=10, workers=2)
+
+
+def test_surrogate_table_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = [{"model": "last_value", "spearman": 0.5}, {"model": "gpar", "spearman": 0.7}]
+    monkeypatch.setattr(bo_mnist, "surrogate_rows", lambda problem, seeds, quick: rows)
+    bo_mnist.main(["--quick", "--methods", "random", "--out", str(tmp_path), "--jobs", "1"])
+    assert "last_value" in (tmp_path / "bo_synthetic.md").read_text()
+    assert json.loads((tmp_path / "bo_synthetic.json").read_text())["surrogates"] == rows
+    assert (tmp_path / "bo_synthetic_surrogates.csv").read_text().splitlines()[
+        0
+    ] == "model,spearman"
