@@ -36,6 +36,7 @@ from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskGP, SingleTaskMultiFidelityGP
 from botorch.models.latent_kronecker_gp import LatentKroneckerGP
 from botorch.models.model import Model
+from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scaled_prior
 from botorch.models.transforms.input import Normalize
 from botorch.sampling.normal import SobolQMCNormalSampler
 from gpytorch.constraints import GreaterThan
@@ -122,7 +123,10 @@ class Surrogate(ABC):
         model = self._build(X, Y.log())
         n = X.shape[0]
         if self._hyperparameters is None or n > (1 + self.refit_growth) * self._fitted_runs:
-            self._fit(model)
+            # Fit retries draw from the global RNG; a fixed seed keeps runs reproducible.
+            with torch.random.fork_rng():
+                torch.manual_seed(0)
+                self._fit(model)
             self._fitted_runs = n
             # Without the data-derived transforms, which a rebuilt model recomputes.
             self._hyperparameters = {
@@ -277,7 +281,16 @@ class LKGP(Surrogate):
 
     def _build(self, X: Tensor, logY: Tensor) -> Model:
         T = torch.tensor(self.checkpoints, dtype=X.dtype).unsqueeze(-1)
-        return LatentKroneckerGP(X, T, logY, input_transform=Normalize(X.shape[-1]))
+        # SingleTaskGP's dimension-scaled length-scale prior on x: LKGP's default
+        # Matern kernel has none, and on MNIST its fitted length scales collapse
+        # (1e-7), making the posterior sampler's Cholesky fail (NotPSDError).
+        return LatentKroneckerGP(
+            X,
+            T,
+            logY,
+            covar_module_X=get_covar_module_with_dim_scaled_prior(ard_num_dims=X.shape[-1]),
+            input_transform=Normalize(X.shape[-1]),
+        )
 
     def _final_moments(self, model: Model, X: Tensor) -> tuple[Tensor, Tensor]:
         # In botorch 0.18.1 the posterior's mean and variance (unlike its samples)
