@@ -19,7 +19,8 @@ checkpoints, NaN after each run's last report). It offers
   with ``best_f = -log(incumbent)``. Running trials whose prefixes are in the
   training data are conditioned on them as pending points.
 
-``SURROGATES`` maps the benchmark's model names to their classes.
+``SURROGATES`` maps the benchmark's model names to their classes;
+``surrogate_quality`` measures their held-out final-value predictions.
 """
 
 from __future__ import annotations
@@ -42,8 +43,10 @@ from botorch.sampling.normal import SobolQMCNormalSampler
 from gpytorch.constraints import GreaterThan
 from gpytorch.likelihoods import GaussianLikelihood
 from gpytorch.mlls import ExactMarginalLogLikelihood
+from scipy.stats import spearmanr
 from torch import Tensor
 
+from benchmarks.bo.harness import TabularProblem
 from gpar_bo import GPARMarginalLogLikelihood, GPARModel
 
 __all__ = [
@@ -54,6 +57,7 @@ __all__ = [
     "GPAR",
     "LKGP",
     "Surrogate",
+    "surrogate_quality",
 ]
 
 NUM_MC_SAMPLES = 128
@@ -335,3 +339,111 @@ class GPAR(Surrogate):
 SURROGATES: dict[str, type[Surrogate]] = {
     cls.name: cls for cls in (AxDefault, AxLearningCurve, LKGP, FreezeThaw, GPAR)
 }
+
+
+# ------------------------------------------------------------- surrogate quality
+def _prefixes(Y: Tensor, lengths: Tensor) -> Tensor:
+    """``Y`` with NaN after each row's first ``lengths[i]`` checkpoints."""
+    keep = torch.arange(Y.shape[-1]) < lengths.unsqueeze(-1)
+    return torch.where(keep, Y, float("nan"))
+
+
+def _split(
+    problem: TabularProblem, generator: torch.Generator, n_train: int, n_test: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """A random train/test split with random prefixes (see ``surrogate_quality``)."""
+    M = len(problem.checkpoints)
+    Y = problem.error[:, [c - 1 for c in problem.checkpoints]]
+    perm = torch.randperm(problem.X.shape[0], generator=generator)
+    train, test = perm[:n_train], perm[n_train : n_train + n_test]
+    # A third of the training runs complete, the rest stopped after 1..M-1 checkpoints;
+    # at least two complete (every model needs them).
+    complete = torch.rand(n_train, generator=generator) < 1 / 3
+    complete[:2] = True
+    train_len = torch.where(
+        complete, M, torch.randint(1, M, (n_train,), generator=generator)
+    )
+    test_len = torch.randint(1, M, (n_test,), generator=generator)
+    return (
+        problem.X[train],
+        _prefixes(Y[train], train_len),
+        problem.X[test],
+        _prefixes(Y[test], test_len),
+        Y[test, -1],
+    )
+
+
+def _metrics(mean: Tensor, variance: Tensor, final: Tensor) -> dict[str, float]:
+    """Held-out metrics of Gaussian predictions of the log final error."""
+    target = final.log()
+    nll = 0.5 * (2 * math.pi * variance).log() + (target - mean) ** 2 / (2 * variance)
+    covered = (target - mean).abs() <= 1.96 * variance.sqrt()
+    return {
+        "nll": float(nll.mean()),
+        # The point prediction of the error is exp(mean), the predictive median.
+        "rmse": float((mean.exp() - final).pow(2).mean().sqrt()),
+        "coverage95": float(covered.double().mean()),
+        "spearman": float(spearmanr(mean.numpy(), final.numpy()).statistic),
+    }
+
+
+def surrogate_quality(
+    problem: TabularProblem, seeds: list[int], quick: bool = False
+) -> list[dict]:
+    """Final-value prediction quality of every surrogate on held-out partial curves.
+
+    Per seed: a random train set of 150 runs (40 if ``quick``) with closed-downwards
+    random prefixes (each run complete with probability 1/3, else observed for
+    1..M-1 checkpoints; at least two complete) and a disjoint held-out set of 200
+    runs (50) each observed for a random 1..M-1 checkpoints. Each surrogate is
+    fitted on the train set and predicts the held-out final errors given their
+    prefixes (``predict_final``, all prefixes added at once). Metrics, on the log
+    error unless stated: Gaussian NLL, RMSE of the error (prediction ``exp(mean)``),
+    coverage of the central 95% interval, and the Spearman rank correlation of the
+    predicted with the true final errors. The ``last_observed`` row ranks by each
+    run's last observed error (Spearman only). ``quick`` also uses one seed.
+
+    Returns:
+        Rows ``{"model", "prefix", metric, metric + "_se", ..., "seeds"}``: per model,
+        ``prefix == "all"`` (averaged over seeds, standard errors across seeds) then
+        one row per held-out prefix length (1..M-1).
+    """
+    n_train, n_test = (40, 50) if quick else (150, 200)
+    seeds = seeds[:1] if quick else seeds
+    M = len(problem.checkpoints)
+    # (model, prefix) -> list over seeds of metric dicts
+    results: dict[tuple[str, str], list[dict[str, float]]] = {}
+    for seed in seeds:
+        generator = torch.Generator().manual_seed(seed)
+        X, Y, X_test, Y_test, final = _split(problem, generator, n_train, n_test)
+        lengths = (~Y_test.isnan()).sum(-1)
+        last = Y_test.gather(-1, (lengths - 1).unsqueeze(-1)).squeeze(-1)
+        predictions = {"last_observed": None}
+        for name, cls in SURROGATES.items():
+            surrogate = cls(problem.checkpoints)
+            surrogate.fit(X, Y)
+            predictions[name] = surrogate.predict_final(X_test, Y_test)
+        for name, prediction in predictions.items():
+            for prefix in ["all", *range(1, M)]:
+                rows = lengths >= 0 if prefix == "all" else lengths == prefix
+                if rows.sum() < 3:
+                    continue
+                if prediction is None:
+                    rho = spearmanr(last[rows].numpy(), final[rows].numpy()).statistic
+                    metrics = {"spearman": float(rho)}
+                else:
+                    mean, variance = prediction
+                    metrics = _metrics(mean[rows], variance[rows], final[rows])
+                results.setdefault((name, str(prefix)), []).append(metrics)
+    table = []
+    for (name, prefix), per_seed in results.items():
+        row: dict = {"model": name, "prefix": prefix}
+        for metric in ("nll", "rmse", "coverage95", "spearman"):
+            values = torch.tensor([m[metric] for m in per_seed if metric in m])
+            row[metric] = float(values.mean()) if len(values) else None
+            row[f"{metric}_se"] = (
+                float(values.std() / math.sqrt(len(values))) if len(values) > 1 else None
+            )
+        row["seeds"] = len(per_seed)
+        table.append(row)
+    return table
