@@ -90,7 +90,9 @@ class SurrogateMethod(Method):
         surrogate: Surrogate class (built per run on the problem's checkpoints).
         early_stopping: Builds an Ax early-stopping strategy for a problem, or None.
         n_initial: Random settings before the model is used.
-        max_batch_size: Candidates per acquisition evaluation (memory bound).
+        max_batch_size: Candidates per acquisition evaluation (BoTorch's default;
+            LKGP's sampler re-solves its training system per evaluation, so few
+            large batches are much cheaper than many small ones).
     """
 
     def __init__(
@@ -99,7 +101,7 @@ class SurrogateMethod(Method):
         surrogate: type[Surrogate],
         early_stopping: Callable[[TabularProblem], BaseEarlyStoppingStrategy] | None = None,
         n_initial: int = 4,
-        max_batch_size: int = 256,
+        max_batch_size: int = 2048,
     ) -> None:
         if n_initial < 1:
             raise ValueError(f"n_initial must be >= 1; got {n_initial}.")
