@@ -113,3 +113,40 @@ def test_report_gives_running_trials_a_final_value_band(client: Client, tmp_path
     assert report["best"]["final"] == min(t["values"][-1] for t in finished)
     assert (tmp_path / "report.png").stat().st_size > 0
     client.mark_trial_abandoned(running)
+
+
+def test_refit_growth_reuses_hyperparameters_until_the_curves_grow(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import gpar_bo.ax.early_stopping as module
+
+    fits: list[int] = []
+    real_fit = module.fit_gpytorch_mll
+
+    def counting_fit(mll, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        fits.append(mll.model.conditionals[0].train_inputs[0].shape[0])
+        return real_fit(mll, **kwargs)
+
+    monkeypatch.setattr(module, "fit_gpytorch_mll", counting_fit)
+    client = make_client()
+    for seed, x in enumerate(FINISHED[:5]):
+        client.complete_trial(add_trial(client, x, len(EPOCHS), seed))
+    strategy = GPAREarlyStoppingStrategy(EPOCHS, threshold=0.05, fit_kwargs=FIT, refit_growth=0.5)
+    client.set_early_stopping_strategy(strategy)
+    running = add_trial(client, HOPELESS, upto=3, seed=100)
+    first = strategy.probabilities_of_beating_incumbent(client._experiment)[running]
+    assert fits == [5]
+    # A sixth finished curve (6 <= 1.5 x 5): a new model on 6 curves, same hyperparameters.
+    client.complete_trial(add_trial(client, FINISHED[5], len(EPOCHS), 5))
+    strategy.probabilities_of_beating_incumbent(client._experiment)
+    model = strategy._cache[1]
+    assert fits == [5] and model.conditionals[0].train_inputs[0].shape[0] == 6
+    torch.testing.assert_close(model.hyperparameters(), strategy._fitted[1])
+    # Two more (8 > 7.5): refitted.
+    for seed in (6, 7):
+        client.complete_trial(add_trial(client, FINISHED[seed], len(EPOCHS), seed))
+    assert 0.0 <= strategy.probabilities_of_beating_incumbent(client._experiment)[running] <= 1.0
+    assert fits == [5, 8]
+    assert 0.0 <= first <= 1.0
+    with pytest.raises(ValueError, match="refit_growth"):
+        GPAREarlyStoppingStrategy(EPOCHS, refit_growth=-0.1)

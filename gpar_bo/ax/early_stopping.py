@@ -55,6 +55,10 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
         gpar_options: Keyword arguments for ``GPARModel``.
         fit_kwargs: Keyword arguments for each conditional's ``fit_gpytorch_mll``.
         seed: Seed of the Monte Carlo samples (decisions are reproducible).
+        refit_growth: Re-optimise GPAR's hyperparameters only once the number of
+            finished curves exceeds the number at the last fit by this fraction;
+            in between, a model on the new curves reuses the last fitted
+            hyperparameters (no optimisation). 0 refits whenever a trial finishes.
     """
 
     def __init__(
@@ -69,6 +73,7 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
         gpar_options: Mapping[str, Any] | None = None,
         fit_kwargs: Mapping[str, Any] | None = None,
         seed: int = 0,
+        refit_growth: float = 0.0,
     ) -> None:
         super().__init__(
             metric_signatures=None if metric_name is None else [metric_name],
@@ -83,27 +88,40 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
             raise ValueError(f"checkpoints must be >= 2 increasing steps; got {checkpoints}.")
         if not 0.0 < threshold < 1.0:
             raise ValueError(f"threshold must be in (0, 1); got {threshold}.")
+        if refit_growth < 0:
+            raise ValueError(f"refit_growth must be >= 0; got {refit_growth}.")
         self.metric_name = metric_name
         self.threshold = threshold
         self.num_samples = num_samples
         self.gpar_options = dict(gpar_options or {})
         self.fit_kwargs = dict(fit_kwargs or {})
         self.seed = seed
+        self.refit_growth = refit_growth
         self._cache: tuple[tuple, GPARModel] | None = None
+        # Curves at the last hyperparameter fit, and the fitted hyperparameters.
+        self._fitted: tuple[int, dict[str, Tensor]] | None = None
 
     def _is_harmful(self, trial_indices: set[int], experiment: Experiment) -> bool:
         # The probability threshold is the safety margin; no extra gate.
         return False
 
     def _finished_model(self, finished: ExperimentCurves) -> GPARModel:
-        """GPAR fitted on the finished curves, reused while they are unchanged."""
+        """GPAR on the finished curves, rebuilt only when they change (see
+        ``refit_growth`` for when its hyperparameters are re-optimised)."""
         key = (tuple(finished.trial_indices), finished.Y.nan_to_num(-1e300).numpy().tobytes())
-        if self._cache is None or self._cache[0] != key:
-            model = GPARModel(finished.X, finished.Y, output_names=self.checkpoints,
-                              **self.gpar_options)
+        if self._cache is not None and self._cache[0] == key:
+            return self._cache[1]
+        model = GPARModel(finished.X, finished.Y, output_names=self.checkpoints,
+                          **self.gpar_options)
+        n = len(finished.trial_indices)
+        if self._fitted is None or n > (1 + self.refit_growth) * self._fitted[0]:
             fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model), **self.fit_kwargs)
-            self._cache = (key, model)
-        return self._cache[1]
+            self._fitted = (n, model.hyperparameters())
+        else:
+            model.load_state_dict(self._fitted[1], strict=False)
+            model.eval()
+        self._cache = (key, model)
+        return model
 
     def final_value_samples(
         self, experiment: Experiment, trial_indices: Sequence[int] | None = None
