@@ -53,7 +53,8 @@ from benchmarks.bo.harness import Method, TabularProblem, simulate  # noqa: E402
 from benchmarks.bo.problems import mnist_problem, synthetic_problem  # noqa: E402
 from benchmarks.report import RESULTS, command_line, markdown_table, write_results  # noqa: E402
 
-QUICK = {"seeds": 2, "budget": 150, "n_settings": 300}
+# 250 epochs: the model-based methods start after the first completions (~84 epochs).
+QUICK = {"seeds": 2, "budget": 250, "n_settings": 300}
 SYNTHETIC_SETTINGS = 1000
 
 
@@ -284,7 +285,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--jobs", type=int, default=2, help="parallel processes over runs (default 2)"
     )
     parser.add_argument(
-        "--quick", action="store_true", help="CI smoke test: synthetic, 2 seeds, budget 150"
+        "--quick", action="store_true", help="CI smoke test: synthetic, 2 seeds, budget 250"
     )
     parser.add_argument(
         "--no-surrogates", action="store_true", help="skip the surrogate-quality table"

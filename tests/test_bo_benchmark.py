@@ -256,3 +256,24 @@ def test_surrogate_table_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert (tmp_path / "bo_synthetic_surrogates.csv").read_text().splitlines()[
         0
     ] == "model,spearman"
+
+
+def test_quick_mode_runs_every_method_and_the_surrogate_table(tmp_path: Path) -> None:
+    """The CI smoke test of the whole benchmark: ``bo_mnist.py --quick``."""
+    from benchmarks.bo.model_methods import MODEL_METHODS
+
+    result = bo_mnist.main(["--quick", "--out", str(tmp_path)])
+    methods = [r["method"] for r in result["rows"]]
+    assert set(MODEL_METHODS) <= set(methods) and set(CHEAP) <= set(methods)
+    runs = [json.loads(x) for x in (tmp_path / "bo_synthetic_runs.jsonl").read_text().splitlines()]
+    assert len(runs) == 2 * len(methods)
+    budget = bo_mnist.QUICK["budget"]
+    for run in runs:  # every run spends its budget, and only completed trials are incumbents
+        assert sum(t["epochs"] for t in run["trials"]) == budget
+        assert all(e <= budget for e in run["epochs"])
+    # The model-based methods got past their random start: they timed model suggestions.
+    gpar = [r for r in runs if r["method"] == "gpar"]
+    assert all(max(r["suggest_seconds"]) > 10 * min(r["suggest_seconds"]) for r in gpar)
+    report = json.loads((tmp_path / "bo_synthetic.json").read_text())
+    models = {row["model"] for row in report["surrogates"]}
+    assert {"last_observed", "gpar", "freeze_thaw", "lkgp"} <= models

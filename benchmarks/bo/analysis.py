@@ -177,8 +177,7 @@ def comparisons(
         if other == reference or reference not in runs:
             continue
         mine, theirs = paired(runs, reference, other)
-        for b in budgets:
-            b = min(b, budget)
+        for b in sorted({min(b, budget) for b in budgets}):  # clipping may repeat a budget
             r_mine = [regret_at(t, best, before, [b], budget)[0] for t in mine]
             r_theirs = [regret_at(t, best, before, [b], budget)[0] for t in theirs]
             rows.append(
@@ -223,7 +222,7 @@ def check_targets(
         targets.append(
             {
                 "target": f"gpar_es lowest mean regret at {b} epochs, Wilcoxon p < {alpha} vs each",
-                "value": f"max p {worst:.3g} over {len(at_b)} methods",
+                "value": f"max p {worst:.3g} over the {len(at_b)} other methods",
                 "met": bool(
                     worst < alpha and all(t["reference_regret"] < t["other_regret"] for t in at_b)
                 ),
