@@ -238,7 +238,9 @@ def report(
     targets = analysis.check_targets(runs, best, before, args.budget)
     stem = f"bo_{args.problem}"
     args.out.mkdir(parents=True, exist_ok=True)
-    surrogates = [] if args.no_surrogates else surrogate_rows(problem, args.seeds, args.quick)
+    surrogates = [] if args.no_surrogates else surrogate_rows(
+        problem, min(args.seeds, args.surrogate_seeds), args.quick
+    )
     if surrogates:
         write_csv(args.out / f"{stem}_surrogates.csv", surrogates)
     bands = analysis.regret_bands(runs, best, before, args.budget)
@@ -289,6 +291,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--no-surrogates", action="store_true", help="skip the surrogate-quality table"
+    )
+    parser.add_argument(
+        "--surrogate-seeds",
+        type=int,
+        default=5,
+        help="random splits of the surrogate-quality table (default 5; at most --seeds)",
     )
     parser.add_argument(
         "--out",
