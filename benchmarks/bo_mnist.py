@@ -198,6 +198,7 @@ def notes_markdown(
     targets: list[dict],
     tests: list[dict],
     surrogates: list[dict],
+    spent: list[dict],
 ) -> str:
     """The markdown under the results table: protocol, targets, tests, surrogate quality."""
     best = problem.best_final_error
@@ -213,6 +214,10 @@ def notes_markdown(
         "(`suggest_at_200_s`: calls with >= 200 observed trials) and per should_stop call.",
         "## Targets\n\n"
         + (markdown_table(targets) if targets else "Not evaluable: gpar_es did not run."),
+        "## How the epochs were spent (means over seeds)\n\n"
+        "`wrong_stops`: stopped trials whose final error beats the best final error the run "
+        "ended with.\n\n"
+        + markdown_table(spent),
         "## Paired one-sided Wilcoxon: gpar_es regret < other\n\n"
         + (markdown_table(tests) if tests else "gpar_es did not run."),
     ]
@@ -236,6 +241,7 @@ def report(
     rows = analysis.summarise(runs, best, before, args.budget)
     tests = analysis.comparisons(runs, best, before, args.budget)
     targets = analysis.check_targets(runs, best, before, args.budget)
+    spent = analysis.spending(runs, problem.final_error.tolist())
     stem = f"bo_{args.problem}"
     args.out.mkdir(parents=True, exist_ok=True)
     surrogates = [] if args.no_surrogates else surrogate_rows(
@@ -253,10 +259,11 @@ def report(
         rows,
         command_line(argv),
         list(range(args.seeds)),
-        notes=notes_markdown(args, problem, before, targets, tests, surrogates),
+        notes=notes_markdown(args, problem, before, targets, tests, surrogates, spent),
         extra={
             "targets": targets,
             "wilcoxon": tests,
+            "spending": spent,
             "surrogates": surrogates,
             "curves": curves,
             "budget": args.budget,

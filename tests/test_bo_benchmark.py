@@ -277,3 +277,24 @@ def test_quick_mode_runs_every_method_and_the_surrogate_table(tmp_path: Path) ->
     report = json.loads((tmp_path / "bo_synthetic.json").read_text())
     models = {row["model"] for row in report["surrogates"]}
     assert {"last_observed", "gpar", "freeze_thaw", "lkgp"} <= models
+
+
+def test_spending_counts_stops_and_wrong_stops() -> None:
+    final_error = [0.10, 0.09, 0.20, 0.30]
+    trace = {
+        "incumbent_error": [0.10],  # setting 1 (0.09) would have beaten it
+        "trials": [
+            {"setting": 0, "status": "completed", "epochs": 21},
+            {"setting": 1, "status": "stopped", "epochs": 3},  # a wrong stop
+            {"setting": 2, "status": "stopped", "epochs": 1},
+            {"setting": 3, "status": "running", "epochs": 7},
+        ]
+    }
+    other = {
+        "incumbent_error": [0.2],
+        "trials": [{"setting": 2, "status": "completed", "epochs": 21}],
+    }
+    (row,) = analysis.spending({"m": [trace, other]}, final_error)
+    assert row["trials"] == 2.5 and row["completed"] == 1.0 and row["wrong_stops"] == 0.5
+    assert row["stopped_share"] == pytest.approx((0.5 + 0.0) / 2)
+    assert row["epochs_per_trial"] == pytest.approx((32 / 4 + 21) / 2)

@@ -152,6 +152,41 @@ def summarise(
     return rows
 
 
+def spending(runs: dict[str, list[dict]], final_error: Sequence[float]) -> list[dict]:
+    """How each method spent its epochs: trials, stops, and stops that were mistakes.
+
+    Args:
+        runs: Traces by method name.
+        final_error: The table's final-epoch error of every setting (indexed by setting).
+
+    Returns:
+        One row per method, means over seeds: trials started, the share stopped
+        early, epochs per trial, trials trained to the last epoch, and *wrong
+        stops*: stopped trials whose final error is lower than the best final
+        error the run ended with (stopping them cost the run regret).
+    """
+    rows = []
+    for method, traces in runs.items():
+        per_seed = []
+        for trace in traces:
+            trials = trace["trials"]
+            stopped = [t for t in trials if t["status"] == "stopped"]
+            ended_with = trace["incumbent_error"][-1] if trace["incumbent_error"] else math.inf
+            per_seed.append(
+                (
+                    len(trials),
+                    len(stopped) / max(len(trials), 1),
+                    float(np.mean([t["epochs"] for t in trials])) if trials else math.nan,
+                    sum(t["status"] == "completed" for t in trials),
+                    sum(final_error[t["setting"]] < ended_with for t in stopped),
+                )
+            )
+        mean = np.mean(np.array(per_seed, dtype=float), axis=0)
+        keys = ("trials", "stopped_share", "epochs_per_trial", "completed", "wrong_stops")
+        rows.append({"method": method, **{k: float(v) for k, v in zip(keys, mean)}})
+    return rows
+
+
 def paired(runs: dict[str, list[dict]], a: str, b: str) -> tuple[list[dict], list[dict]]:
     """The traces of methods ``a`` and ``b`` on the seeds both have, in seed order."""
     by_seed = {m: {t["seed"]: t for t in runs[m]} for m in (a, b)}
