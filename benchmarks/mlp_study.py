@@ -530,7 +530,7 @@ def write_markdown(summary: list[dict], path: Path, meta: dict) -> None:
         f"* Data: `{meta['data']}`, {meta['n_settings']} settings; per seed "
         f"{meta['n_train']} training / {meta['n_test']} test settings; training runs "
         f"reaching epochs {', '.join(map(str, EPOCHS))}: {' / '.join(map(str, meta['counts']))}",
-        f"* Models: " + "; ".join(f"{k}: {v}" for k, v in meta["models"].items()),
+        "* Models: " + "; ".join(f"{k}: {v}" for k, v in meta["models"].items()),
         f"* Date (UTC): {meta['date']}; wall time of this invocation "
         f"{meta['wall_minutes']:.1f} min ({meta['cached']} of {meta['n_results']} (model, seed) "
         f"results read from `mlp_study_records.jsonl`, written by earlier invocations of the "
@@ -539,7 +539,7 @@ def write_markdown(summary: list[dict], path: Path, meta: dict) -> None:
         f"* Machine: `{meta['uname']}`, nproc {meta['nproc']}, torch threads "
         f"{meta['threads']} (machine shared with other jobs, so times are indicative)",
         f"* Code: git commit {meta['commit']} (plus the working tree at the time)",
-        f"* Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()),
+        "* Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()),
     ]
     if meta.get("reference"):
         lines.append(f"* Reference `gpar`: {meta['reference']}")

@@ -37,7 +37,6 @@ import matplotlib
 matplotlib.use("Agg")  # headless: write PNGs only
 import matplotlib.pyplot as plt
 import torch
-from torch import Tensor
 
 from report import RESULTS, command_line, write_results
 

@@ -35,7 +35,6 @@ import torch
 
 from gpar_bo.mnist.data import MNISTData, load_mnist
 from gpar_bo.mnist.mlp import (
-    GRID,
     HPARAM_NAMES,
     PAPER_GRID,
     MLPHyperparameters,
