@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from itertools import chain
 from typing import Any
 
 import torch
@@ -43,7 +44,7 @@ from torch.quasirandom import SobolEngine
 
 from gpar_bo.data import check_inputs, check_training_data, resolve_output_names
 from gpar_bo.kernels import KernelFamily, conditional_kernel
-from gpar_bo.posterior import GPARPosterior
+from gpar_bo.posterior import GPARPosterior, SharedBlockCache
 from gpar_bo.prediction import ConditionalPredictor
 
 
@@ -158,6 +159,7 @@ class GPARModel(Model):
         # Values fed into later conditionals: observations, overwritten by
         # posterior means where imputing or denoising.
         self.fed_Y = modelled_Y.clone()
+        self._cached_prediction: _PredictionCache | None = None
         self.conditionals = ModuleList()
         for m in range(self.num_outputs):
             self.conditionals.append(self._build_conditional(m))
@@ -405,16 +407,13 @@ class GPARModel(Model):
             )
         self.eval()
         needed = max(indices) + 1
-        predictors = [
-            ConditionalPredictor(self.conditionals[m], self._conditional_inputs(m, self.observed[:, m]))
-            for m in range(needed)
-        ]
+        cache = self._prediction_cache()
         prefix_values, prefix_mask = self._observed_prefix(X)
         sample_transform, num_reported = self._sample_transform(
             posterior_transform, len(indices)
         )
         posterior = GPARPosterior(
-            predictors=predictors,
+            predictors=cache.predictors[:needed],
             windows=[self.window(m) for m in range(needed)],
             X=X,
             prefix_values=prefix_values,
@@ -424,12 +423,34 @@ class GPARModel(Model):
             output_indices=indices,
             sample_transform=sample_transform,
             num_reported=num_reported,
+            shared_cache=cache.shared,
         )
         if posterior_transform is not None and not isinstance(
             posterior_transform, ScalarizedPosteriorTransform
         ):
             return posterior_transform(posterior)
         return posterior
+
+    def _prediction_cache(self) -> _PredictionCache:
+        """The conditionals' predictors, rebuilt only when the model changed.
+
+        Acquisition optimisation calls ``posterior`` about a hundred times
+        with the same model; each predictor costs a Cholesky factorisation.
+        Like GPyTorch's prediction cache, but keyed on the hyperparameter
+        values, the conditional modules and the fed values rather than on
+        ``train()``, so edits in eval mode cannot leave it stale.
+        """
+        state = [t.detach() for t in chain(self.parameters(), self.buffers())] + [self.fed_Y]
+        cache = self._cached_prediction
+        if cache is None or not cache.matches(list(self.conditionals), state):
+            self.eval()
+            predictors = [
+                ConditionalPredictor(gp, self._conditional_inputs(m, self.observed[:, m]))
+                for m, gp in enumerate(self.conditionals)
+            ]
+            cache = _PredictionCache(list(self.conditionals), state, predictors)
+            self._cached_prediction = cache
+        return cache
 
     def _sample_transform(
         self, posterior_transform: PosteriorTransform | None, num_outputs: int
@@ -523,6 +544,35 @@ class GPARModel(Model):
             return False
         sparse = isinstance(self.conditionals[m].covar_module, InducingPointKernel)
         return self.impute or self.denoise or (sparse and not self.learn_inducing_points)
+
+
+class _PredictionCache:
+    """Predictors of a model's conditionals and the key they were built for."""
+
+    def __init__(
+        self, conditionals: list[SingleTaskGP], state: list[Tensor], predictors: list[ConditionalPredictor]
+    ) -> None:
+        self.conditionals = conditionals  # the modules themselves, not copies
+        self.state = [t.clone() for t in state]
+        self.predictors = predictors
+        self.shared = SharedBlockCache()
+
+    def matches(self, conditionals: list[SingleTaskGP], state: list[Tensor]) -> bool:
+        return (
+            len(conditionals) == len(self.conditionals)
+            and all(a is b for a, b in zip(conditionals, self.conditionals))
+            and len(state) == len(self.state)
+            and all(_identical(a, b) for a, b in zip(state, self.state))
+        )
+
+
+def _identical(a: Tensor, b: Tensor) -> bool:
+    """Same shape and values, NaN equal to NaN (``fed_Y`` is NaN where unobserved)."""
+    return (
+        a.shape == b.shape
+        and torch.equal(a.isnan(), b.isnan())
+        and torch.equal(a.nan_to_num(), b.nan_to_num())
+    )
 
 
 class GPARMarginalLogLikelihood(torch.nn.Module):

@@ -30,6 +30,12 @@ from gpar_bo.prediction import ConditionalPredictor, Features
 #: Sample paths behind ``GPARPosterior.mean`` and ``.variance``.
 NUM_MOMENT_SAMPLES = 256
 
+#: Per output, a block's features and the Cholesky factors of its latent and
+#: noisy covariances (what conditions other points on the block's draw).
+_Factors = list[tuple[Features, Tensor, Tensor]]
+#: A drawn shared block and its factors.
+_SharedDraw = tuple["_Block", _Factors]
+
 
 class GPARPosterior(Posterior):
     r"""Posterior of a ``GPARModel`` at ``batch x q`` points.
@@ -69,6 +75,7 @@ class GPARPosterior(Posterior):
         output_indices: Sequence[int],
         sample_transform: Callable[[Tensor], Tensor] | None = None,
         num_reported: int | None = None,
+        shared_cache: SharedBlockCache | None = None,
     ) -> None:
         r"""
         Args:
@@ -87,6 +94,9 @@ class GPARPosterior(Posterior):
                 samples (e.g. an outcome untransform or a scalarisation).
             num_reported: Size of the last dimension after ``sample_transform``
                 (defaults to ``len(output_indices)``).
+            shared_cache: Where to keep the draw of the points shared by all
+                t-batches between calls (see ``_shared_chain``); the owner must
+                empty it when the predictors change.
         """
         self.predictors = list(predictors)
         self.windows = [list(w) for w in windows]
@@ -101,6 +111,7 @@ class GPARPosterior(Posterior):
         self.output_indices = list(output_indices)
         self.sample_transform = sample_transform
         self.num_reported = num_reported or len(self.output_indices)
+        self.shared_cache = shared_cache
 
     @property
     def device(self) -> torch.device:
@@ -195,6 +206,8 @@ class GPARPosterior(Posterior):
         front, with their normals, and the results moved back. The joint is
         permutation-equivariant, so this is still an exact, deterministic and
         differentiable draw; only which normal drives which point changes.
+        When ``C`` varies over t-batches, ``B`` is a constant of the candidates
+        (no gradient flows to it) and is reused across calls (``shared_cache``).
 
         Args:
             sample_shape: The sample shape ``S``.
@@ -223,57 +236,11 @@ class GPARPosterior(Posterior):
         X, mask, values = X.reshape(b, q, d), mask.reshape(b, q, M), values.reshape(b, q, M)
         shared = _Block(X[0, :k], mask[0, :k], values[0, :k], eps[:, 0, :k])
         rest = _Block(X[:, k:], mask[:, k:], values[:, k:], eps[:, :, k:])
-        for m in range(M):
-            predictor, window = self.predictors[m], self.windows[m]
-            chain_B = chain_C = None
-            if k:
-                fB = predictor.features(shared.inputs(window))
-                cov_B = predictor.covariance(fB, fB)
-                eye = torch.eye(k, dtype=cov_B.dtype, device=cov_B.device)
-                chol_f, chol_y = _cholesky(cov_B), _cholesky(cov_B + predictor.noise * eye)
-                e_B = shared.eps[..., m]
-                chain_B = (
-                    fB.mean + _matvec(chol_f, e_B),
-                    fB.mean + _matvec(chol_y, e_B),
-                    fB.mean,
-                    cov_B.diagonal(dim1=-2, dim2=-1),
-                )
-                shared.record(m, *chain_B, predictor.noise, self)
-            if q > k:
-                Z_C = rest.inputs(window)  # (1 | s) x b x q_c x D
-                fC = predictor.features(Z_C)
-                var_C = predictor.variance(fC)
-                mean_f = mean_y = fC.mean
-                if k:
-                    cross = predictor.covariance(*_common_leading(fC, fB))
-                    cross = cross.reshape(cross.shape[0], -1, k)  # . x (b q_c) x k
-                    # Regression of C's draw on B's: chol_B^{-1} cross^T.
-                    A_f = torch.linalg.solve_triangular(chol_f, cross.mT, upper=False).mT
-                    A_y = torch.linalg.solve_triangular(chol_y, cross.mT, upper=False).mT
-                    shape = Z_C.shape[1:-1]  # b x q_c
-                    mean_f = mean_f + _matvec(A_f, e_B).view(-1, *shape)
-                    mean_y = mean_y + _matvec(A_y, e_B).view(-1, *shape)
-                    A_f = A_f.view(A_f.shape[0], *shape, k)
-                    A_y = A_y.view(A_y.shape[0], *shape, k)
-                e_C = rest.eps[..., m]
-                if q - k == 1:
-                    cond_f, cond_y = var_C, var_C + predictor.noise
-                    if k:
-                        cond_f = cond_f - A_f.pow(2).sum(-1)
-                        cond_y = cond_y - A_y.pow(2).sum(-1)
-                    latent = mean_f + _safe_sqrt(cond_f) * e_C
-                    noisy = mean_y + _safe_sqrt(cond_y) * e_C
-                else:
-                    cov_C = predictor.covariance(fC, fC)
-                    eye = torch.eye(q - k, dtype=cov_C.dtype, device=cov_C.device)
-                    cond_f, cond_y = cov_C, cov_C + predictor.noise * eye
-                    if k:
-                        cond_f = cond_f - A_f @ A_f.mT
-                        cond_y = cond_y - A_y @ A_y.mT
-                    latent = mean_f + _matvec(_cholesky(cond_f), e_C)
-                    noisy = mean_y + _matvec(_cholesky(cond_y), e_C)
-                chain_C = (latent, noisy, fC.mean, var_C)
-                rest.record(m, *chain_C, predictor.noise, self)
+        factors: _Factors = []
+        if k:
+            shared, factors = self._shared_chain(shared, constant=q > k and b > 1)
+        if q > k:
+            self._sample_rest(rest, shared, factors)
         parts = [shared.stacked(s, b)] if k else []
         parts += [rest.stacked(s, b)] if q > k else []
         out_shape = sample_shape + batch_shape + torch.Size([q, M])
@@ -282,6 +249,106 @@ class GPARPosterior(Posterior):
             inverse = torch.argsort(order)
             results = (r.index_select(-2, inverse) for r in results)
         return tuple(r.reshape(out_shape) for r in results)
+
+    def _shared_chain(
+        self, block: _Block, constant: bool
+    ) -> _SharedDraw:
+        """Sample the shared block through every output, or reuse the last draw.
+
+        With ``constant`` (candidates that vary over t-batches follow the
+        block), the block is a constant of the candidates, as BoTorch's
+        ``cache_root`` treats ``X_baseline``: it is drawn without gradients,
+        and an ``optimize_acqf`` call, whose shared points and normals stay
+        fixed while candidates move, draws it once through ``shared_cache``.
+        """
+        if not constant:
+            return block, self._sample_shared(block)
+        noise_flag = torch.tensor(self.observation_noise)
+        key = (block.X, block.mask, block.values, block.eps, noise_flag)
+        cached = None if self.shared_cache is None else self.shared_cache.lookup(key)
+        if cached is None:
+            with torch.no_grad():
+                cached = block, self._sample_shared(block)
+            if self.shared_cache is not None:
+                self.shared_cache.store(key, cached)
+        return cached
+
+    def _sample_shared(self, block: _Block) -> _Factors:
+        """Draw the block's chain jointly over its points, output by output.
+
+        Returns:
+            Per output: the block's features and the Cholesky factors of its
+            latent and noisy covariances, which condition the other points.
+        """
+        factors = []
+        for m in range(self.num_sampled):
+            predictor = self.predictors[m]
+            features = predictor.features(block.inputs(self.windows[m]))
+            covar = predictor.covariance(features, features)
+            eye = torch.eye(covar.shape[-1], dtype=covar.dtype, device=covar.device)
+            chol_f, chol_y = _cholesky(covar), _cholesky(covar + predictor.noise * eye)
+            e = block.eps[..., m]
+            block.record(
+                m,
+                features.mean + _matvec(chol_f, e),
+                features.mean + _matvec(chol_y, e),
+                features.mean,
+                covar.diagonal(dim1=-2, dim2=-1),
+                predictor.noise,
+                self,
+            )
+            factors.append((features, chol_f, chol_y))
+        return factors
+
+    def _sample_rest(
+        self, block: _Block, shared: _Block, factors: _Factors
+    ) -> None:
+        """Draw the t-batched block's chain, conditionally on the shared block's draw.
+
+        Args:
+            block: The points that differ over t-batches (``b x q_c``).
+            shared: The shared block, already drawn (possibly empty).
+            factors: Per output, the shared block's features and Cholesky
+                factors (see ``_sample_shared``; empty without shared points).
+        """
+        k, q_c = shared.X.shape[-2], block.X.shape[-2]
+        for m in range(self.num_sampled):
+            predictor = self.predictors[m]
+            Z = block.inputs(self.windows[m])  # (1 | s) x b x q_c x D
+            features = predictor.features(Z)
+            variance = predictor.variance(features)
+            mean_f = mean_y = features.mean
+            if k:
+                fB, chol_f, chol_y = factors[m]
+                e_B = shared.eps[..., m]
+                cross = predictor.covariance(*_common_leading(features, fB))
+                cross = cross.reshape(cross.shape[0], -1, k)  # . x (b q_c) x k
+                # Regression of this block's draw on the shared one: chol_B^{-1} cross^T.
+                A_f = torch.linalg.solve_triangular(chol_f, cross.mT, upper=False).mT
+                A_y = torch.linalg.solve_triangular(chol_y, cross.mT, upper=False).mT
+                shape = Z.shape[1:-1]  # b x q_c
+                mean_f = mean_f + _matvec(A_f, e_B).view(-1, *shape)
+                mean_y = mean_y + _matvec(A_y, e_B).view(-1, *shape)
+                A_f = A_f.view(A_f.shape[0], *shape, k)
+                A_y = A_y.view(A_y.shape[0], *shape, k)
+            e = block.eps[..., m]
+            if q_c == 1:
+                cond_f, cond_y = variance, variance + predictor.noise
+                if k:
+                    cond_f = cond_f - A_f.pow(2).sum(-1)
+                    cond_y = cond_y - A_y.pow(2).sum(-1)
+                latent = mean_f + _safe_sqrt(cond_f) * e
+                noisy = mean_y + _safe_sqrt(cond_y) * e
+            else:
+                covar = predictor.covariance(features, features)
+                eye = torch.eye(q_c, dtype=covar.dtype, device=covar.device)
+                cond_f, cond_y = covar, covar + predictor.noise * eye
+                if k:
+                    cond_f = cond_f - A_f @ A_f.mT
+                    cond_y = cond_y - A_y @ A_y.mT
+                latent = mean_f + _matvec(_cholesky(cond_f), e)
+                noisy = mean_y + _matvec(_cholesky(cond_y), e)
+            block.record(m, latent, noisy, features.mean, variance, predictor.noise, self)
 
     @cached_property
     def _moments(self) -> tuple[Tensor, Tensor]:
@@ -320,6 +387,35 @@ class GPARPosterior(Posterior):
     def variance(self) -> Tensor:
         """``batch_shape x q x m`` posterior variance (see the class docstring)."""
         return self._moments[1]
+
+
+class SharedBlockCache:
+    """The last draw of the points shared by all t-batches, with its key.
+
+    One entry suffices: within an ``optimize_acqf`` call the shared points
+    (qLogNEI's baseline, ``X_pending``) and their normals stay fixed while the
+    candidates move, so every evaluation after the first reuses the draw.
+    """
+
+    def __init__(self) -> None:
+        self._key: tuple[Tensor, ...] = ()
+        self._value: _SharedDraw | None = None
+
+    def lookup(
+        self, key: tuple[Tensor, ...]
+    ) -> _SharedDraw | None:
+        """The stored draw if ``key`` equals the stored key elementwise, else None."""
+        if len(key) != len(self._key):
+            return None
+        same = all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(key, self._key))
+        return self._value if same else None
+
+    def store(
+        self, key: tuple[Tensor, ...], value: _SharedDraw
+    ) -> None:
+        # Copies: the caller may reuse (e.g. refill) the key tensors in place.
+        self._key = tuple(t.detach().clone() for t in key)
+        self._value = value
 
 
 class _Block:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from botorch.acquisition.logei import qLogExpectedImprovement
@@ -187,6 +189,61 @@ def test_shared_baseline_block_matches_joint_sampling(curve_model: GPARModel, q:
         assert not alone._shared_points(base[:, 0], sample_ndim=1).any()
         joint = alone.rsample_from_base_samples(torch.Size([16]), base[:, 0])
         torch.testing.assert_close(batched[:, i], joint, rtol=0, atol=1e-5)
+
+
+def test_shared_block_is_drawn_once_per_acquisition_and_stays_exact(
+    curve_model: GPARModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # optimize_acqf evaluates qLogNEI's layout for ever new candidates with the
+    # same baseline and normals: the baseline's draw is reused, and samples and
+    # candidate gradients still equal the joint draw of each t-batch alone.
+    model = copy.deepcopy(curve_model)  # a fresh prediction cache
+    draws = []
+    sample_shared = GPARPosterior._sample_shared
+    monkeypatch.setattr(
+        GPARPosterior, "_sample_shared", lambda p, block: draws.append(1) or sample_shared(p, block)
+    )
+    baseline = model.train_X[:12]
+    base = torch.randn(16, 1, 13, 5, dtype=torch.double, generator=torch.Generator().manual_seed(5))
+    for call in range(3):
+        candidates = torch.rand(4, 1, 2, dtype=torch.double).requires_grad_(True)
+        X = torch.cat([baseline.expand(4, 12, 2), candidates], dim=1)
+        batched = model.posterior(X).rsample_from_base_samples(torch.Size([16]), base)
+        batched[..., -1].sum().backward()
+        assert len(draws) == 1  # drawn on the first call only
+        for i in range(4):
+            alone = candidates[i].detach().clone().requires_grad_(True)
+            joint = model.posterior(torch.cat([baseline, alone])).rsample_from_base_samples(
+                torch.Size([16]), base[:, 0]
+            )
+            torch.testing.assert_close(batched[:, i], joint.detach(), rtol=0, atol=1e-5)
+            joint[..., -1].sum().backward()
+            torch.testing.assert_close(candidates.grad[i], alone.grad, rtol=1e-4, atol=1e-6)
+    # New normals (a new acquisition function) mean a new draw.
+    base = torch.randn_like(base)
+    X = X.detach()
+    batched = model.posterior(X).rsample_from_base_samples(torch.Size([16]), base)
+    assert len(draws) == 2
+    joint = model.posterior(X[0]).rsample_from_base_samples(torch.Size([16]), base[:, 0])
+    torch.testing.assert_close(batched[:, 0], joint, rtol=0, atol=1e-5)
+
+
+def test_posterior_follows_hyperparameter_edits_in_eval_mode(curve_model: GPARModel) -> None:
+    # The predictors are cached between posterior calls; editing a
+    # hyperparameter in place must still change the posterior.
+    model = copy.deepcopy(curve_model)
+    X = torch.rand(3, 2, dtype=torch.double, generator=torch.Generator().manual_seed(1))
+    base = torch.randn(8, 3, 5, dtype=torch.double)
+    before = model.posterior(X).rsample_from_base_samples(torch.Size([8]), base)
+    with torch.no_grad():
+        next(model.conditionals[-1].covar_module.parameters()).add_(0.5)
+    after = model.posterior(X).rsample_from_base_samples(torch.Size([8]), base)
+    assert not torch.allclose(before[..., -1], after[..., -1])
+    torch.testing.assert_close(before[..., :-1], after[..., :-1])
+    fresh = GPARModel(model.train_X, model.train_Y)
+    fresh.load_state_dict(model.state_dict())
+    expected = fresh.posterior(X).rsample_from_base_samples(torch.Size([8]), base)
+    torch.testing.assert_close(after, expected)
 
 
 def _pending_layout(baseline: torch.Tensor, q: int) -> tuple[torch.Tensor, list[bool]]:
