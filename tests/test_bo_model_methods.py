@@ -109,6 +109,14 @@ def test_a_longer_prefix_moves_predictions_towards_the_truth(
     assert rmse[1] < rmse[0]
 
 
+def test_freeze_thaw_decays_over_epochs_with_the_exponential_decay_kernel(fitted: dict) -> None:
+    # BoTorch's SingleTaskMultiFidelityGP defaults to the linear truncated
+    # fidelity kernel; freeze-thaw's model is the exponential decay kernel.
+    kernels = [type(k).__name__ for k in fitted["freeze_thaw"].model.covar_module.modules()]
+    assert "ExponentialDecayKernel" in kernels
+    assert "LinearTruncatedFidelityKernel" not in kernels
+
+
 def test_hyperparameters_are_reused_until_the_data_grow(data: dict) -> None:
     surrogate = AxLearningCurve(data["problem"].checkpoints)
     surrogate.fit(data["X"][:20], data["Y"][:20])

@@ -272,8 +272,14 @@ class FreezeThaw(_StepModel):
         # with BoTorch's 1e-4 the optimiser wanders into non-PD kernel matrices
         # (NotPSDError in all retries on some MNIST subsets) and fits take 10-30 s.
         likelihood = GaussianLikelihood(noise_constraint=GreaterThan(1e-3))
+        # linear_truncated=False selects the ExponentialDecayKernel (freeze-thaw's
+        # decay kernel); BoTorch's default is the LinearTruncatedFidelityKernel.
         return SingleTaskMultiFidelityGP(
-            rows_X, rows_Y, iteration_fidelity=X.shape[-1], likelihood=likelihood
+            rows_X,
+            rows_Y,
+            iteration_fidelity=X.shape[-1],
+            linear_truncated=False,
+            likelihood=likelihood,
         )
 
 
