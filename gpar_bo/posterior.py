@@ -394,7 +394,11 @@ class SharedBlockCache:
 
     One entry suffices: within an ``optimize_acqf`` call the shared points
     (qLogNEI's baseline, ``X_pending``) and their normals stay fixed while the
-    candidates move, so every evaluation after the first reuses the draw.
+    candidates move, so every evaluation after the first reuses the draw. The
+    entry holds what one call computes anyway (per output, ``s x k x k``
+    Cholesky factors for ``s`` samples of ``k`` shared points whose inputs
+    depend on the sample path), so it keeps a call's peak memory until the
+    shared points, the normals or the model change.
     """
 
     def __init__(self) -> None:
