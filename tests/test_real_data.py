@@ -63,9 +63,10 @@ def test_exchange_predict_and_score_on_a_subset(tmp_path: Path) -> None:
     data = exchange.quick_subset(datasets.load_fx2007("paper"), step=12, others=1)
     order = list(range(len(data.names)))  # targets already last
     predictions = {}
-    for model, markov in [("GPAR-L-NL", None), ("IGP", 0)]:
-        prediction, seconds = exchange.predict(data, order, markov)
+    for model, _, markov, ftol in exchange.MODELS:
+        prediction, seconds, evidence = exchange.predict(data, order, markov, ftol)
         assert prediction.shape == data.rates.shape and prediction.isfinite().all()
+        assert math.isfinite(evidence)
         row = exchange.score(data, prediction)
         assert all(math.isfinite(v) and v >= 0 for v in row.values())
         predictions[("paper", model)] = prediction
