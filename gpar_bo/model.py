@@ -58,8 +58,11 @@ DEFAULT_NUM_INDUCING = 256
 #: learning-curve data run for 1,000-2,000 iterations, shrinking a redundant
 #: kernel's scale or the noise towards zero for log-evidence gains that do not
 #: improve predictions (held-out SMSE unchanged; see the README); 1e-6 stops them
-#: after tens of iterations. Pass ``optimizer_kwargs={"options": {"ftol": ...}}``
-#: to override.
+#: after tens of iterations. It is a trade-off, not free: on the exchange-rate data
+#: (13 outputs with imputation) it stops several conditionals during a slow stretch
+#: that later pays off (log evidence 1378 vs 1524, SMSE 0.059 vs 0.030). Pass
+#: ``optimizer_kwargs={"options": {"ftol": ...}}`` to override, and compare
+#: ``conditional_log_evidences()`` when in doubt.
 FIT_FTOL = 1e-6
 
 
