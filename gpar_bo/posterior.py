@@ -250,9 +250,7 @@ class GPARPosterior(Posterior):
             results = (r.index_select(-2, inverse) for r in results)
         return tuple(r.reshape(out_shape) for r in results)
 
-    def _shared_chain(
-        self, block: _Block, constant: bool
-    ) -> _SharedDraw:
+    def _shared_chain(self, block: _Block, constant: bool) -> _SharedDraw:
         """Sample the shared block through every output, or reuse the last draw.
 
         With ``constant`` (candidates that vary over t-batches follow the
@@ -300,9 +298,7 @@ class GPARPosterior(Posterior):
             factors.append((features, chol_f, chol_y))
         return factors
 
-    def _sample_rest(
-        self, block: _Block, shared: _Block, factors: _Factors
-    ) -> None:
+    def _sample_rest(self, block: _Block, shared: _Block, factors: _Factors) -> None:
         """Draw the t-batched block's chain, conditionally on the shared block's draw.
 
         Args:
@@ -405,18 +401,14 @@ class SharedBlockCache:
         self._key: tuple[Tensor, ...] = ()
         self._value: _SharedDraw | None = None
 
-    def lookup(
-        self, key: tuple[Tensor, ...]
-    ) -> _SharedDraw | None:
+    def lookup(self, key: tuple[Tensor, ...]) -> _SharedDraw | None:
         """The stored draw if ``key`` equals the stored key elementwise, else None."""
         if len(key) != len(self._key):
             return None
         same = all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(key, self._key))
         return self._value if same else None
 
-    def store(
-        self, key: tuple[Tensor, ...], value: _SharedDraw
-    ) -> None:
+    def store(self, key: tuple[Tensor, ...], value: _SharedDraw) -> None:
         # Copies: the caller may reuse (e.g. refill) the key tensors in place.
         self._key = tuple(t.detach().clone() for t in key)
         self._value = value
