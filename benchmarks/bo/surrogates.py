@@ -268,9 +268,10 @@ class FreezeThaw(_StepModel):
 
     def _build(self, X: Tensor, logY: Tensor) -> Model:
         rows_X, rows_Y = self._rows(X, logY)
-        # A noise floor of 1e-3 (standardised units; fitted noise is ~1e-2 on MNIST):
-        # with BoTorch's 1e-4 the optimiser wanders into non-PD kernel matrices
-        # (NotPSDError in all retries on some MNIST subsets) and fits take 10-30 s.
+        # A noise floor of 1e-3 (standardised units; fitted noise is ~1e-2 on MNIST),
+        # added when fits failed with NotPSDError. That came from the linear truncated
+        # kernel used by mistake before (its matrices had negative eigenvalues); the
+        # floor was kept so the committed runs stay comparable.
         likelihood = GaussianLikelihood(noise_constraint=GreaterThan(1e-3))
         # linear_truncated=False selects the ExponentialDecayKernel (freeze-thaw's
         # decay kernel); BoTorch's default is the LinearTruncatedFidelityKernel.
