@@ -570,9 +570,12 @@ class _PredictionCache:
 
 
 def _identical(a: Tensor, b: Tensor) -> bool:
-    """Same shape and values, NaN equal to NaN (``fed_Y`` is NaN where unobserved)."""
+    """Same shape, dtype, device and values, NaN equal to NaN (``fed_Y`` is NaN where
+    unobserved). ``torch.equal`` alone ignores the dtype."""
     return (
         a.shape == b.shape
+        and a.dtype == b.dtype
+        and a.device == b.device
         and torch.equal(a.isnan(), b.isnan())
         and torch.equal(a.nan_to_num(), b.nan_to_num())
     )
