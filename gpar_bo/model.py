@@ -44,7 +44,7 @@ from torch.quasirandom import SobolEngine
 
 from gpar_bo.data import check_inputs, check_training_data, resolve_output_names
 from gpar_bo.kernels import KernelFamily, conditional_kernel
-from gpar_bo.posterior import GPARPosterior, SharedBlockCache
+from gpar_bo.posterior import GPARPosterior, SharedBlockCache, same_tensors
 from gpar_bo.prediction import ConditionalPredictor
 
 
@@ -446,7 +446,6 @@ class GPARModel(Model):
         state = [t.detach() for t in chain(self.parameters(), self.buffers())] + [self.fed_Y]
         cache = self._cached_prediction
         if cache is None or not cache.matches(list(self.conditionals), state):
-            self.eval()
             predictors = [
                 ConditionalPredictor(gp, self._conditional_inputs(m, self.observed[:, m]))
                 for m, gp in enumerate(self.conditionals)
@@ -564,21 +563,9 @@ class _PredictionCache:
         return (
             len(conditionals) == len(self.conditionals)
             and all(a is b for a, b in zip(conditionals, self.conditionals))
-            and len(state) == len(self.state)
-            and all(_identical(a, b) for a, b in zip(state, self.state))
+            and same_tensors(state, self.state)
         )
 
-
-def _identical(a: Tensor, b: Tensor) -> bool:
-    """Same shape, dtype, device and values, NaN equal to NaN (``fed_Y`` is NaN where
-    unobserved). ``torch.equal`` alone ignores the dtype."""
-    return (
-        a.shape == b.shape
-        and a.dtype == b.dtype
-        and a.device == b.device
-        and torch.equal(a.isnan(), b.isnan())
-        and torch.equal(a.nan_to_num(), b.nan_to_num())
-    )
 
 
 class GPARMarginalLogLikelihood(torch.nn.Module):

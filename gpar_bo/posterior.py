@@ -403,15 +403,26 @@ class SharedBlockCache:
 
     def lookup(self, key: tuple[Tensor, ...]) -> _SharedDraw | None:
         """The stored draw if ``key`` equals the stored key elementwise, else None."""
-        if len(key) != len(self._key):
-            return None
-        same = all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(key, self._key))
-        return self._value if same else None
+        return self._value if same_tensors(key, self._key) else None
 
     def store(self, key: tuple[Tensor, ...], value: _SharedDraw) -> None:
         # Copies: the caller may reuse (e.g. refill) the key tensors in place.
         self._key = tuple(t.detach().clone() for t in key)
         self._value = value
+
+
+def same_tensors(a: Sequence[Tensor], b: Sequence[Tensor]) -> bool:
+    """Whether two tensor sequences match pairwise in shape, dtype, device and
+    values, NaN equal to NaN (the key of the model's and the posterior's caches;
+    ``torch.equal`` alone ignores the dtype and treats NaN as unequal)."""
+    return len(a) == len(b) and all(
+        x.shape == y.shape
+        and x.dtype == y.dtype
+        and x.device == y.device
+        and torch.equal(x.isnan(), y.isnan())
+        and torch.equal(x.nan_to_num(), y.nan_to_num())
+        for x, y in zip(a, b)
+    )
 
 
 class _Block:
