@@ -2,8 +2,10 @@
 
 Conditional m sees the inputs ``(x, y_window)``: the ``d`` input columns first,
 then the earlier outputs it depends on. All columns arrive normalised to the
-unit cube. The first conditional (no earlier outputs) gets BoTorch's default
-``SingleTaskGP`` kernel, so a one-output GPAR is exactly a ``SingleTaskGP``.
+unit cube. Under BoTorch's conventions (the default) the first conditional (no
+earlier outputs) gets BoTorch's default ``SingleTaskGP`` kernel, so a one-output
+GPAR is exactly a ``SingleTaskGP``; under the paper's, every kernel has a
+variance and no prior.
 """
 
 from __future__ import annotations
@@ -34,6 +36,23 @@ class KernelFamily(str, Enum):
     NL_X = "NL-X"
 
 
+class Conventions(str, Enum):
+    """How each conditional GP is specified and fitted.
+
+    - ``BOTORCH`` ("botorch", the default): BoTorch's ``SingleTaskGP``
+      defaults. Each conditional standardises its targets, learns a constant
+      mean and is fitted maximum a posteriori under BoTorch's length-scale and
+      noise priors; the first conditional's kernel has no variance of its own
+      (its standardised targets have unit variance).
+    - ``PAPER`` ("paper"): as in the paper and the authors' ``gpar`` package.
+      Zero-mean GPs on the outputs as given, a variance on every kernel, and
+      maximum likelihood without priors.
+    """
+
+    BOTORCH = "botorch"
+    PAPER = "paper"
+
+
 class DenseLinearKernel(LinearKernel):
     """``LinearKernel`` that returns a dense matrix.
 
@@ -52,6 +71,7 @@ def conditional_kernel(
     x_dims: int,
     y_dims: int,
     use_rbf_kernel: bool = True,
+    conventions: Conventions | str = Conventions.BOTORCH,
 ) -> Kernel:
     """Build the kernel of one GPAR conditional.
 
@@ -62,36 +82,42 @@ def conditional_kernel(
             ``d..d+y_dims-1``).
         use_rbf_kernel: EQ (RBF) kernel on x if True (the paper's choice),
             Matern-5/2 otherwise.
+        conventions: BoTorch's (length-scale priors; no variance on the first
+            conditional's kernel) or the paper's (no priors; a variance on every
+            stationary kernel). See ``Conventions``.
 
     Returns:
-        A kernel over ``x_dims + y_dims`` columns with ARD length scales and
-        BoTorch's dimension-scaled length-scale priors.
+        A kernel over ``x_dims + y_dims`` columns with ARD length scales,
+        started where BoTorch starts them.
     """
     family = KernelFamily(family)
+    paper = Conventions(conventions) is Conventions.PAPER
+
+    def stationary(ard_num_dims: int, active_dims: list[int] | None) -> Kernel:
+        kernel = get_covar_module_with_dim_scaled_prior(
+            ard_num_dims=ard_num_dims, active_dims=active_dims, use_rbf_kernel=use_rbf_kernel
+        )
+        if paper:
+            # The same kernel, constraint and starting length scales, without the prior.
+            plain = type(kernel)(
+                ard_num_dims=ard_num_dims,
+                active_dims=active_dims,
+                lengthscale_constraint=kernel.raw_lengthscale_constraint,
+            )
+            plain.lengthscale = kernel.lengthscale.detach()
+            kernel = plain
+        return kernel
+
     x_cols = list(range(x_dims))
     y_cols = list(range(x_dims, x_dims + y_dims))
     if y_dims == 0:
-        return get_covar_module_with_dim_scaled_prior(
-            ard_num_dims=x_dims, use_rbf_kernel=use_rbf_kernel
-        )
-    k_x = get_covar_module_with_dim_scaled_prior(
-        ard_num_dims=x_dims, active_dims=x_cols, use_rbf_kernel=use_rbf_kernel
-    )
-    parts: list[Kernel] = [ScaleKernel(k_x)]
+        k_x = stationary(x_dims, None)
+        return ScaleKernel(k_x) if paper else k_x
+    parts: list[Kernel] = [ScaleKernel(stationary(x_dims, x_cols))]
     if family in (KernelFamily.L, KernelFamily.L_NL):
         parts.append(DenseLinearKernel(ard_num_dims=y_dims, active_dims=y_cols))
     if family in (KernelFamily.NL, KernelFamily.L_NL):
-        parts.append(
-            ScaleKernel(
-                get_covar_module_with_dim_scaled_prior(
-                    ard_num_dims=y_dims, active_dims=y_cols
-                )
-            )
-        )
+        parts.append(ScaleKernel(stationary(y_dims, y_cols)))
     if family is KernelFamily.NL_X:
-        parts.append(
-            ScaleKernel(
-                get_covar_module_with_dim_scaled_prior(ard_num_dims=x_dims + y_dims)
-            )
-        )
+        parts.append(ScaleKernel(stationary(x_dims + y_dims, None)))
     return AdditiveKernel(*parts)

@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from copy import deepcopy
 from itertools import chain
 from typing import Any
 
@@ -32,20 +33,24 @@ from botorch.models.model import Model
 from botorch.models.transforms.input import Normalize
 from botorch.models.transforms.outcome import OutcomeTransform, Standardize
 from botorch.models.utils.gpytorch_modules import (
+    MIN_INFERRED_NOISE_LEVEL,
     get_gaussian_likelihood_with_lognormal_prior,
 )
 from botorch.posteriors import Posterior
+from gpytorch.constraints import GreaterThan
 from gpytorch.kernels import InducingPointKernel
-from gpytorch.likelihoods import Likelihood
+from gpytorch.likelihoods import GaussianLikelihood, Likelihood
+from gpytorch.means import ZeroMean
+from gpytorch.settings import lazily_evaluate_kernels
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from torch import Tensor
 from torch.nn import ModuleList
 from torch.quasirandom import SobolEngine
 
 from gpar_bo.data import check_inputs, check_training_data, resolve_output_names
-from gpar_bo.kernels import KernelFamily, conditional_kernel
+from gpar_bo.kernels import Conventions, KernelFamily, conditional_kernel
 from gpar_bo.posterior import GPARPosterior, SharedBlockCache, same_tensors
-from gpar_bo.prediction import ConditionalPredictor
+from gpar_bo.prediction import ConditionalPredictor, output_scaling
 
 
 #: Conditionals with more training rows than this use inducing points by default.
@@ -100,6 +105,12 @@ class GPARModel(Model):
             outputs, the earlier conditionals' posterior means at those x.
         learn_inducing_points: Optimise the inducing inputs with the
             hyperparameters instead.
+        conventions: How each conditional GP is specified: "botorch" (default;
+            ``SingleTaskGP``'s standardised targets, constant mean and priors) or
+            "paper" (zero-mean GPs on the outputs as given, a variance on every
+            kernel, maximum likelihood without priors, noise started at a tenth
+            of the targets' variance), as in the paper and the authors' package.
+            See ``Conventions``.
     """
 
     def __init__(
@@ -115,6 +126,7 @@ class GPARModel(Model):
         outcome_transform: OutcomeTransform | None = None,
         num_inducing: int | None = None,
         learn_inducing_points: bool = False,
+        conventions: Conventions | str = Conventions.BOTORCH,
     ) -> None:
         super().__init__()
         # Everything but the data, to rebuild the model on more data.
@@ -128,6 +140,7 @@ class GPARModel(Model):
             "outcome_transform": outcome_transform,
             "num_inducing": num_inducing,
             "learn_inducing_points": learn_inducing_points,
+            "conventions": conventions,
         }
         observed = check_training_data(train_X, train_Y, impute=impute)
         if markov is not None and markov < 0:
@@ -142,6 +155,7 @@ class GPARModel(Model):
         self.use_rbf_kernel = use_rbf_kernel
         self.num_inducing = num_inducing
         self.learn_inducing_points = learn_inducing_points
+        self.conventions = Conventions(conventions)
         self.train_X = train_X
         self.train_Y = train_Y
         self.observed = observed
@@ -211,6 +225,7 @@ class GPARModel(Model):
         targets = self.modelled_Y[rows, m : m + 1]
         window = self.window(m)
         num_inducing = self._num_inducing(len(targets))
+        paper = self.conventions is Conventions.PAPER
         if reuse is not None:
             input_transform = reuse.input_transform
             covar_module, likelihood = reuse.covar_module, reuse.likelihood
@@ -228,9 +243,14 @@ class GPARModel(Model):
                 x_dims=self.train_X.shape[-1],
                 y_dims=len(window),
                 use_rbf_kernel=self.use_rbf_kernel,
+                conventions=self.conventions,
             )
-            likelihood = get_gaussian_likelihood_with_lognormal_prior()
-            mean_module = None
+            if paper:
+                likelihood = _paper_likelihood(targets)
+                mean_module = ZeroMean()
+            else:
+                likelihood = get_gaussian_likelihood_with_lognormal_prior()
+                mean_module = None  # SingleTaskGP's constant mean
             if num_inducing:
                 covar_module = InducingPointKernel(
                     covar_module,
@@ -244,7 +264,7 @@ class GPARModel(Model):
             likelihood=likelihood,
             covar_module=covar_module,
             mean_module=mean_module,
-            outcome_transform=Standardize(m=1),
+            outcome_transform=None if paper else Standardize(m=1),
             input_transform=input_transform,
         )
         return gp.to(self.train_X)
@@ -326,7 +346,10 @@ class GPARModel(Model):
                 gp = self._build_conditional(m, reuse=gp)
                 self.conditionals[m] = gp
             try:
-                fit_gpytorch_mll(ExactMarginalLogLikelihood(gp.likelihood, gp), **kwargs)
+                # Each evaluation builds small kernel matrices; wrapping them in
+                # lazy kernel tensors costs about a tenth of the fit.
+                with lazily_evaluate_kernels(False):
+                    fit_gpytorch_mll(ExactMarginalLogLikelihood(gp.likelihood, gp), **kwargs)
             except Exception as error:
                 raise RuntimeError(
                     f"Fitting the conditional of output {self.output_names[m]!r} "
@@ -356,7 +379,7 @@ class GPARModel(Model):
                 value = marginal.log_prob(targets) + sum(
                     term.loss() for term in gp.added_loss_terms()
                 )
-            std = gp.outcome_transform.stdvs.squeeze()
+            _, std = output_scaling(gp)
             values.append(value - len(targets) * std.log())
             gp.eval()
         return torch.stack(values)
@@ -412,9 +435,7 @@ class GPARModel(Model):
         needed = max(indices) + 1
         cache = self._prediction_cache()
         prefix_values, prefix_mask = self._observed_prefix(X)
-        sample_transform, num_reported = self._sample_transform(
-            posterior_transform, len(indices)
-        )
+        sample_transform, num_reported = self._sample_transform(posterior_transform, indices)
         posterior = GPARPosterior(
             predictors=cache.predictors[:needed],
             windows=[self.window(m) for m in range(needed)],
@@ -455,12 +476,19 @@ class GPARModel(Model):
         return cache
 
     def _sample_transform(
-        self, posterior_transform: PosteriorTransform | None, num_outputs: int
+        self, posterior_transform: PosteriorTransform | None, indices: list[int]
     ) -> tuple[Any, int]:
-        """Outcome untransform, then scalarisation, as one map on samples."""
+        """Outcome untransform, then scalarisation, as one map on samples.
+
+        The samples hold only the outputs ``indices``, in that order.
+        """
         steps = []
+        num_outputs = len(indices)
         if hasattr(self, "outcome_transform"):
-            steps.append(lambda s: self.outcome_transform.untransform(s)[0])
+            outcome_transform = self.outcome_transform
+            if indices != list(range(self.num_outputs)):
+                outcome_transform = outcome_transform.subset_output(indices)
+            steps.append(lambda s: outcome_transform.untransform(s)[0])
         reported = num_outputs
         if isinstance(posterior_transform, ScalarizedPosteriorTransform):
             weights, offset = posterior_transform.weights, posterior_transform.offset
@@ -510,15 +538,36 @@ class GPARModel(Model):
                 downwards unless the model imputes).
 
         Returns:
-            A new ``GPARModel``; this model is unchanged.
+            A new ``GPARModel``; this model is unchanged. Its conditionals
+            normalise and standardise the combined data afresh.
         """
+        if kwargs:
+            raise TypeError(
+                f"Unexpected arguments: {sorted(kwargs)}; GPAR conditions on outputs "
+                "observed with its fitted noise."
+            )
+        if X.dim() != 2:
+            raise ValueError(
+                f"X must be `n x {self.train_X.shape[-1]}` (batched conditioning, as for "
+                f"fantasies, is not supported); got {tuple(X.shape)}."
+            )
         check_inputs(X, d=self.train_X.shape[-1])
         if Y.dim() != 2 or Y.shape[-1] != self.num_outputs:
             raise ValueError(f"Y must be `n x {self.num_outputs}`; got {tuple(Y.shape)}.")
+        # A copy: the new model fits its outcome transform to the combined data.
+        options = {**self._options, "outcome_transform": deepcopy(self._options["outcome_transform"])}
         model = GPARModel(
-            torch.cat([self.train_X, X]), torch.cat([self.train_Y, Y.to(self.train_Y)]), **self._options
+            torch.cat([self.train_X, X]), torch.cat([self.train_Y, Y.to(self.train_Y)]), **options
         )
-        model.load_state_dict(self.hyperparameters(), strict=False)
+        missing, unexpected = model.load_state_dict(self.hyperparameters(), strict=False)
+        lost = [k for k in missing if "_transform." not in k] + list(unexpected)
+        if lost:
+            raise ValueError(
+                "The conditioned model's hyperparameters do not match this model's "
+                f"(e.g. {lost[0]!r}): the combined data crosses SPARSE_ABOVE "
+                f"({SPARSE_ABOVE} rows), which turns exact conditionals sparse. Build "
+                "the model with num_inducing to keep it sparse throughout."
+            )
         return model
 
     def hyperparameters(self) -> dict[str, Tensor]:
@@ -546,6 +595,24 @@ class GPARModel(Model):
             return False
         sparse = isinstance(self.conditionals[m].covar_module, InducingPointKernel)
         return self.impute or self.denoise or (sparse and not self.learn_inducing_points)
+
+
+def _paper_likelihood(targets: Tensor) -> GaussianLikelihood:
+    """A prior-free Gaussian likelihood for targets in their own units.
+
+    BoTorch's noise floor is meant for standardised targets and the reference
+    starts the noise at 0.1 for data of about unit variance; here both scale
+    with the targets' variance, so outputs such as small error rates work too.
+    """
+    variance = targets.var() if len(targets) > 1 else targets.new_ones(())
+    variance = torch.where(variance > 0, variance, torch.ones_like(variance))
+    return GaussianLikelihood(
+        noise_constraint=GreaterThan(
+            MIN_INFERRED_NOISE_LEVEL * variance.item(),
+            transform=None,
+            initial_value=0.1 * variance.item(),
+        )
+    )
 
 
 class _PredictionCache:

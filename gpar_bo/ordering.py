@@ -10,6 +10,7 @@ wants to predict stay last, in the order given.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,6 +32,8 @@ def greedy_output_order(
 
     Orderings other than the natural one rarely keep data closed downwards,
     so every candidate model imputes (``impute=True``), as the paper does.
+    Candidates are compared by the evidence of their standardised outputs,
+    so rescaling an output (e.g. changing its units) does not change the order.
 
     Args:
         train_X: An ``n x d`` tensor of inputs.
@@ -55,12 +58,26 @@ def greedy_output_order(
         candidates = {
             j: _extend(train_X, train_Y, order + [j], fitted, model_kwargs) for j in remaining
         }
-        scores = {j: float(m.conditional_log_evidences()[-1]) for j, m in candidates.items()}
+        scores = {
+            j: float(m.conditional_log_evidences()[-1]) + _log_jacobian(train_Y[:, j])
+            for j, m in candidates.items()
+        }
         best = max(scores, key=scores.__getitem__)
         order.append(best)
         remaining.remove(best)
         fitted = candidates[best]
     return order + pinned
+
+
+def _log_jacobian(y: Tensor) -> float:
+    """``n log std`` of an output's observed values.
+
+    Added to a candidate's conditional evidence, this gives the evidence of
+    the standardised output, so the choice between outputs does not depend
+    on their units (a density of an output in small units is large).
+    """
+    observed = y[~y.isnan()]
+    return len(observed) * math.log(observed.std().item())
 
 
 def _extend(

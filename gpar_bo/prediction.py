@@ -29,19 +29,32 @@ class Features(NamedTuple):
     whitened: Tensor  # cross @ root in output units, batch x p x (n or u)
 
 
+def output_scaling(gp: SingleTaskGP) -> tuple[Tensor, Tensor]:
+    """The scalar mean and standard deviation a conditional standardises by.
+
+    ``(0, 1)`` for a conditional without an outcome transform (modelled in its
+    outputs' own units).
+    """
+    transform = getattr(gp, "outcome_transform", None)
+    if transform is None:
+        zero = gp.train_targets.new_zeros(())
+        return zero, zero + 1
+    return transform.means.squeeze(), transform.stdvs.squeeze()
+
+
 class ConditionalPredictor:
     """The predictive distribution of one conditional, ready for batched inputs.
 
     All quantities are in the conditional's output units (its ``Standardize``
-    transform is undone). Every test input is reduced to a cross-covariance
+    transform, if any, is undone). Every test input is reduced to a cross-covariance
     with a set of anchor inputs (the training inputs of an exact GP, or the
     inducing inputs of a sparse one): the mean is ``mu + cross @ weights`` and
     the posterior covariance is ``k(a, b) - (cross_a @ root)(cross_b @ root)^T``.
 
     Args:
         gp: A fitted single-output ``SingleTaskGP`` with a ``Normalize`` input
-            transform with fixed bounds and a ``Standardize`` outcome transform;
-            its kernel may be an ``InducingPointKernel`` (SGPR).
+            transform with fixed bounds and a ``Standardize`` outcome transform
+            or none; its kernel may be an ``InducingPointKernel`` (SGPR).
         train_inputs: The conditional's untransformed training inputs
             (``n x D``: x joined with the earlier outputs it sees).
     """
@@ -49,9 +62,7 @@ class ConditionalPredictor:
     def __init__(self, gp: SingleTaskGP, train_inputs: Tensor) -> None:
         gp.eval()
         self.gp = gp
-        tf = gp.outcome_transform
-        self.y_mean = tf.means.squeeze()
-        self.y_std = tf.stdvs.squeeze()
+        self.y_mean, self.y_std = output_scaling(gp)
         covar = gp.covar_module
         self.kernel = covar.base_kernel if isinstance(covar, InducingPointKernel) else covar
         with torch.no_grad():

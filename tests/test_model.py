@@ -7,11 +7,13 @@ import math
 import pytest
 import torch
 from botorch.models import SingleTaskGP
-from botorch.models.transforms.outcome import Log
+from botorch.models.transforms.outcome import Log, Standardize
+from gpytorch.kernels import ScaleKernel
+from gpytorch.means import ZeroMean
 from conftest import EPOCHS, fit, partial_curves
 
 from gpar_bo import GPARModel, KernelFamily
-from gpar_bo.test_problems import three_output_function
+from gpar_bo.test_problems import learning_curves, three_output_function
 
 NAN = float("nan")
 
@@ -90,10 +92,12 @@ def test_markov_window_and_independent_gps() -> None:
     assert all(gp.train_inputs[0].shape[-1] == 2 for gp in independent.conditionals)
 
 
+@pytest.mark.parametrize("conventions", ["botorch", "paper"])
 @pytest.mark.parametrize("family", list(KernelFamily))
-def test_every_kernel_family_fits_and_predicts(family: KernelFamily) -> None:
+def test_every_kernel_family_fits_and_predicts(family: KernelFamily, conventions: str) -> None:
     X, Y = partial_curves(n=25)
-    model = fit(GPARModel(X, Y, kernel=family))
+    matern = family is KernelFamily.NL  # one family also covers the Matern-5/2 kernel on x
+    model = fit(GPARModel(X, Y, kernel=family, conventions=conventions, use_rbf_kernel=not matern))
     posterior = model.posterior(torch.rand(3, 1, 2, dtype=torch.double))
     assert torch.isfinite(posterior.mean).all()
     assert (posterior.variance > 0).all()
@@ -160,6 +164,99 @@ def test_condition_on_observations_adds_rows_without_refitting(curve_model: GPAR
     )
     for old, new in zip(curve_model.conditionals, conditioned.conditionals):
         torch.testing.assert_close(old.likelihood.noise, new.likelihood.noise)
+
+
+def test_condition_on_observations_leaves_this_models_outcome_transform_alone() -> None:
+    X, Y = partial_curves(n=20)
+    model = fit(GPARModel(X, Y, outcome_transform=Standardize(m=Y.shape[-1])))
+    means = model.outcome_transform.means.clone()
+    X_test = torch.rand(3, 1, 2, dtype=torch.double)
+    before = model.posterior(X_test).mean
+    model.condition_on_observations(X[:2], 10 * Y[:2].nan_to_num(1.0))
+    torch.testing.assert_close(model.outcome_transform.means, means)
+    torch.testing.assert_close(model.posterior(X_test).mean, before)
+
+
+def test_output_indices_untransform_their_own_outputs() -> None:
+    X, Y = partial_curves(n=20)
+    Y[:, 2] = 100 * Y[:, 2]  # outputs on different scales
+    model = fit(GPARModel(X, Y, outcome_transform=Standardize(m=Y.shape[-1])))
+    X_test = torch.rand(2, 1, 2, dtype=torch.double)
+    full = model.posterior(X_test).rsample(torch.Size([2048])).mean(0)
+    for indices in ([2], [2, 0, 1]):
+        subset = model.posterior(X_test, output_indices=indices).rsample(torch.Size([2048])).mean(0)
+        assert subset.shape == (2, 1, len(indices))
+        torch.testing.assert_close(subset, full[..., indices], rtol=0.05, atol=0.01)
+
+
+def test_condition_on_observations_rejects_what_it_cannot_honour(
+    curve_model: GPARModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gpar_bo.model as model_module
+
+    x_new = torch.tensor([[0.5, 0.5]], dtype=torch.double)
+    y_new = torch.tensor([[0.8, 0.3, NAN, NAN, NAN]], dtype=torch.double)
+    with pytest.raises(TypeError, match="noise"):
+        curve_model.condition_on_observations(x_new, y_new, noise=torch.ones(1, 5))
+    with pytest.raises(ValueError, match="batched conditioning"):
+        curve_model.condition_on_observations(x_new.unsqueeze(0), y_new.unsqueeze(0))
+    # More data turning exact conditionals sparse would silently reset their kernels.
+    monkeypatch.setattr(model_module, "SPARSE_ABOVE", len(curve_model.train_X))
+    with pytest.raises(ValueError, match="SPARSE_ABOVE"):
+        curve_model.condition_on_observations(x_new, y_new)
+
+
+# ------------------------------------------------------- paper conventions
+def test_paper_conventions_are_prior_free_zero_mean_gps_on_raw_outputs() -> None:
+    X, Y = partial_curves(n=20)
+    model = GPARModel(X, Y, conventions="paper")
+    for m, gp in enumerate(model.conditionals):
+        assert not list(gp.named_priors())
+        assert isinstance(gp.mean_module, ZeroMean)
+        assert not hasattr(gp, "outcome_transform")
+        torch.testing.assert_close(gp.train_targets, Y[~Y[:, m].isnan(), m])  # as given
+    assert isinstance(model.conditionals[0].covar_module, ScaleKernel)
+    with pytest.raises(ValueError):
+        GPARModel(X, Y, conventions="stheno")
+
+
+def test_paper_single_output_matches_a_zero_mean_single_task_gp() -> None:
+    X = torch.rand(15, 2, dtype=torch.double, generator=torch.Generator().manual_seed(1))
+    Y = 3.0 + torch.sin(6 * X[:, :1])
+    model = fit(GPARModel(X, Y, conventions="paper"))
+    gp = model.conditionals[0]
+    reference = SingleTaskGP(
+        X, Y, covar_module=gp.covar_module, likelihood=gp.likelihood, mean_module=ZeroMean(),
+        outcome_transform=None, input_transform=gp.input_transform,
+    )
+    reference.eval()
+    X_test = torch.rand(7, 1, 2, dtype=torch.double)
+    ours, theirs = model.posterior(X_test), reference.posterior(X_test)
+    torch.testing.assert_close(ours.mean, theirs.mean, rtol=1e-8, atol=1e-10)
+    torch.testing.assert_close(ours.variance, theirs.variance, rtol=1e-7, atol=1e-10)
+    # The evidence is the zero-mean GP's, in the outputs' own units.
+    reference.train()
+    expected = reference.likelihood(reference(X)).log_prob(Y.squeeze(-1))
+    torch.testing.assert_close(model.conditional_log_evidences(), expected.unsqueeze(0))
+
+
+def test_paper_noise_floor_and_start_follow_the_outputs_units() -> None:
+    X, Y = partial_curves(n=20)
+    for scale in (1.0, 1e-3):
+        gp = GPARModel(X, scale * Y, conventions="paper").conditionals[0]
+        variance = (scale * Y[:, 0]).var()
+        torch.testing.assert_close(gp.likelihood.noise, 0.1 * variance.reshape(1))
+        assert gp.likelihood.noise_covar.raw_noise_constraint.lower_bound == pytest.approx(1e-4 * variance)
+
+
+def test_paper_conventions_fit_learning_curves() -> None:
+    X, Y = partial_curves(n=40)
+    model = fit(GPARModel(X, Y, conventions="paper"))
+    X_test = torch.rand(20, 2, dtype=torch.double, generator=torch.Generator().manual_seed(3))
+    truth = learning_curves(X_test, EPOCHS, noise_std=0.0, seed=0)
+    with torch.no_grad():
+        prediction = model.posterior(X_test.unsqueeze(-2)).mean.squeeze(-2)
+    assert _smse(prediction, truth) < 0.02
 
 
 # ---------------------------------------------------------------- bad input

@@ -48,3 +48,12 @@ def test_greedy_order_rejects_bad_pins() -> None:
         greedy_output_order(x, y, pinned_last=[3])
     with pytest.raises(ValueError, match="pinned_last"):
         greedy_output_order(x, y, pinned_last=[1, 1])
+
+
+def test_greedy_order_does_not_depend_on_the_outputs_units() -> None:
+    x, y = _synthetic()
+    order = greedy_output_order(x, y)
+    for column in range(3):
+        rescaled = y.clone()
+        rescaled[:, column] *= 1e-3  # the same output in other units
+        assert greedy_output_order(x, rescaled) == order
