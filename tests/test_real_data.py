@@ -81,15 +81,27 @@ def test_standardise_ignores_missing_values() -> None:
     assert Z[0, 1].isnan() and torch.allclose(Z[1:, 1], torch.tensor([-1.0, 1.0], dtype=torch.double) / 2**0.5)
 
 
-def test_speed_our_side_and_summary(tmp_path: Path) -> None:
+@pytest.mark.parametrize("conventions", speed.CONVENTIONS)
+def test_speed_our_side(conventions: str) -> None:
     spec = speed.make_task(seed=0, n_train=12, n_test=20, num_samples=8, maxiter=20)
-    ours = speed.run_ours(spec)
+    ours = speed.run_ours({**spec, "conventions": conventions})
     assert torch.tensor(ours["means"]).shape == (20, 3)
     assert torch.tensor(ours["means_joint"]).shape == (20, 3)
-    run = {**ours, "smse": speed.smse(ours["means"], spec), "smse_joint": speed.smse(ours["means_joint"], spec)}
+    assert speed.smse(ours["means"], spec) < 1  # better than predicting each output's mean
+
+
+def test_speed_summary(tmp_path: Path) -> None:
+    run = {"fit_wall": 1.0, "fit_cpu": 1.0, "predict_wall": 0.1, "predict_cpu": 0.1,
+           "predict_joint_wall": 0.5, "predict_joint_cpu": 0.5, "smse": 0.1, "smse_joint": 0.1}
+    worse = {**run, "smse": 1.1}
     reference = {**run, "fit_wall": 10.0, "fit_cpu": 10.0}  # a stand-in, slower reference
-    rows = speed.summarise("maxiter 20", {"ours": [run], "reference": [reference]})
-    assert len(rows) == 3 and rows[0]["speed-up cpu"] > 1
+    runs = {"paper": [run, worse], "botorch": [worse, worse], "reference": [reference, reference]}
+    rows = speed.summarise("maxiter 20", runs)
+    assert [r["implementation"] for r in rows][::2] == [
+        "gpar_bo (paper), marginal samples", "gpar_bo (botorch), marginal samples", "reference gpar"]
+    assert [r["seeds SMSE <= reference"] for r in rows] == [1, 2, 0, 2, 2]
+    assert rows[0]["SMSE mean"] == pytest.approx(0.6)
+    assert rows[0]["speed-up cpu"] == pytest.approx(10.1 / 1.1)
     speed.plot(rows, tmp_path / "speed.png")
     paths = report.write_results(tmp_path, "speed", "t", rows, "cmd", seeds=[0])
     assert all(p.stat().st_size > 0 for p in [tmp_path / "speed.png", *paths.values()])
