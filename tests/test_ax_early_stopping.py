@@ -150,3 +150,14 @@ def test_refit_growth_reuses_hyperparameters_until_the_curves_grow(
     assert 0.0 <= first <= 1.0
     with pytest.raises(ValueError, match="refit_growth"):
         GPAREarlyStoppingStrategy(EPOCHS, refit_growth=-0.1)
+
+
+def test_a_curve_that_skips_a_checkpoint_is_a_clear_error() -> None:
+    client = make_client()
+    client.complete_trial(add_trial(client, FINISHED[0], len(EPOCHS), 0))
+    gapped = client.attach_trial({"x1": 0.5, "x2": 0.5})
+    for epoch in (1, 4):  # skips epoch 2
+        client.attach_data(gapped, {"error": 0.3}, progression=epoch)
+    client.set_early_stopping_strategy(GPAREarlyStoppingStrategy(EPOCHS))
+    with pytest.raises(ValueError, match=rf"Trials \[{gapped}\] .* skipping .*\[1.0, 4.0\]"):
+        client.should_stop_trial_early(gapped)

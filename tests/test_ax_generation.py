@@ -163,6 +163,20 @@ def test_data_without_progression_is_a_clear_error() -> None:
         client.get_next_trials(max_trials=1)
 
 
+def test_curves_that_skip_a_checkpoint_need_imputation() -> None:
+    for gpar_options in ({}, {"impute": True}):
+        client = make_client(gpar_options=gpar_options)
+        run_sobol(client)
+        gapped = client.attach_trial({"x1": 0.5, "x2": 0.5})
+        for epoch in (1, 4):  # skips epoch 2
+            client.attach_data(gapped, {"error": 0.3}, progression=epoch)
+        if gpar_options:
+            assert len(client.get_next_trials(max_trials=1)) == 1
+        else:
+            with pytest.raises(ValueError, match=r"1 trial\(s\) .* skipping .*\[1.0, 4.0\].*impute"):
+                client.get_next_trials(max_trials=1)
+
+
 def test_objective_with_a_different_metric_name_is_a_clear_error() -> None:
     client = make_client(metric_name="val_loss")
     run_sobol(client)

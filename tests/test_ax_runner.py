@@ -61,6 +61,16 @@ def test_job_writes_every_epoch_and_obeys_the_stop_file(tmp_path: Path) -> None:
     assert len(read_progress(progress)[0]) == 1
 
 
+def test_job_that_reports_its_final_step_completed_despite_a_stop(tmp_path: Path) -> None:
+    progress, stop = tmp_path / "p.jsonl", tmp_path / "p.stop"
+    stop.write_text("interrupted")  # e.g. Ctrl-C while the final epoch trained
+    args = (TOY, {"epochs": 1}, {"x1": 0.2, "x2": 0.3}, 0, str(progress), str(stop))
+    assert run_training_job(*args, final_step=1) == "completed"
+    assert read_progress(progress)[1] == {"status": "completed"}
+    progress.unlink()
+    assert run_training_job(*args) == "stopped"  # without final_step it cannot know
+
+
 def test_failing_job_records_its_error(tmp_path: Path) -> None:
     progress = tmp_path / "p.jsonl"
     with pytest.raises(KeyError):
@@ -152,7 +162,13 @@ def test_orchestrator_runs_gpar_with_early_stopping(tmp_path: Path) -> None:
     steps = df.groupby("trial_index")["step"].max()
     stopped = [t.index for t in trials if t.status == TrialStatus.EARLY_STOPPED]
     assert stopped, "no trial was stopped"
-    assert all(3 <= steps[i] < len(EPOCHS) for i in stopped)  # stopped with a prefix
+    # A stopped job trains on until it sees the stop; a fetch brings those epochs in.
+    trained = {i: len(read_progress(experiment.trials[i].run_metadata["progress_file"])[0])
+               for i in stopped}
+    assert all(3 <= steps[i] <= trained[i] for i in stopped)
+    experiment.fetch_data()
+    steps = experiment.lookup_data().full_df.groupby("trial_index")["step"].max()
+    assert all(steps[i] == trained[i] for i in stopped)
     completed = [t.index for t in trials if t.status == TrialStatus.COMPLETED]
     assert completed and all(steps[i] == len(EPOCHS) for i in completed)
 

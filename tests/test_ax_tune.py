@@ -67,10 +67,11 @@ def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path) -> Non
     assert len(completed) >= 2 and running
     curves_before = _curves(before)
 
-    with pytest.raises(ValueError, match="another tuning experiment"):
-        tune(toy_problem(EPOCHS + 1), out, 1000, progress=False)
+    for other in (toy_problem(EPOCHS + 1, 0.15), toy_problem(EPOCHS, 0.3)):  # epochs; job settings
+        with pytest.raises(ValueError, match="another tuning experiment"):
+            tune(other, out, 1000, progress=False)
     # A high threshold makes early stopping near-certain on this problem.
-    report = tune(toy_problem(EPOCHS), out, 1000, num_sobol_trials=4, poll_seconds=0.2,
+    report = tune(toy_problem(EPOCHS, 0.15), out, 1000, num_sobol_trials=4, poll_seconds=0.2,
                   threshold=0.3, min_epochs=2, progress=False,
                   max_trials=len(before.trials) + 3, **FAST)
 
@@ -94,13 +95,14 @@ def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path) -> Non
     best = report["best"]
     assert len(best["values"]) == EPOCHS
     assert best["final"] == min(t["values"][-1] for t in report["trials"]
-                                if t["status"] == "COMPLETED")
+                                if len(t["steps"]) == EPOCHS)
     for trial in report["trials"]:
         assert trial["stopped"] == (trial["status"] == "EARLY_STOPPED")
-        if trial["stopped"]:
+        if len(trial["steps"]) < EPOCHS:  # stopped (or failed) before the final epoch
             band = trial["predicted_final"]
             assert band["q05"] <= band["mean"] <= band["q95"]
-            assert len(trial["steps"]) < EPOCHS
+        else:
+            assert "predicted_final" not in trial
     assert (out / "report.png").stat().st_size > 0
 
 
@@ -131,3 +133,19 @@ def test_tune_cli_parses_and_runs_a_small_mnist_job(tmp_path: Path, capsys) -> N
     assert report["metric"] == "val_error"
     assert set(report["best"]["parameters"]) == {
         "n_hidden_layers", "n_neurons", "dropout", "log_learning_rate", "log_l1", "log_l2"}
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [(["--workers", "0"], "workers must be >= 1"),
+     (["--budget", "3"], "must cover one full trial"),
+     (["--min-epochs", "0"], "min_epochs must be in"),
+     (["--threshold", "1.5"], "threshold must be a probability")],
+)
+def test_tune_cli_rejects_settings_that_cannot_run(
+    flags: list[str], message: str, tmp_path: Path, capsys
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["tune", "--out", str(tmp_path), "--epochs", "4", *flags])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # nothing started

@@ -51,7 +51,7 @@ def add_tune_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
                    help="fit GPAR and optimise its acquisition with BoTorch's full defaults "
                         "(several times slower per trial than the default budgets)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    p.set_defaults(run=run_tune)
+    p.set_defaults(run=run_tune, parser=p)
     return p
 
 
@@ -70,7 +70,7 @@ FAST_GPAR = {
 def run_tune(args: argparse.Namespace) -> int:
     import torch
 
-    from gpar_bo.ax.tune import mnist_problem, tune
+    from gpar_bo.ax.tune import check_tune_options, mnist_problem, tune
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # `kill` (SIGTERM) ends the loop like Ctrl-C: snapshot saved, jobs stopped.
@@ -83,6 +83,11 @@ def run_tune(args: argparse.Namespace) -> int:
         seed=args.seed,
         max_examples=args.max_examples,
     )
+    try:
+        check_tune_options(problem, args.budget, args.workers, args.sobol_trials,
+                            args.threshold, args.min_epochs, None)
+    except ValueError as error:
+        args.parser.error(str(error))
     report = tune(
         problem, args.out, args.budget, workers=args.workers,
         num_sobol_trials=args.sobol_trials, threshold=args.threshold,

@@ -18,7 +18,14 @@ from ax.core.parameter import ChoiceParameter, RangeParameter
 from ax.core.trial_status import TrialStatus
 from torch import Tensor
 
-__all__ = ["ExperimentCurves", "experiment_curves", "objective_metric", "unit_cube"]
+__all__ = [
+    "ExperimentCurves",
+    "curves_with_gaps",
+    "experiment_curves",
+    "objective_metric",
+    "observed_checkpoints",
+    "unit_cube",
+]
 
 #: Relative tolerance for matching a reported step to a declared checkpoint.
 STEP_RTOL = 1e-9
@@ -33,7 +40,7 @@ class ExperimentCurves:
         statuses: Their statuses.
         X: An ``n x d`` tensor of their parameters, mapped to the unit cube.
         Y: An ``n x M`` tensor of the metric at each checkpoint, NaN where not
-            reported; every row is a prefix (steps after a gap are dropped).
+            reported; every row is a prefix.
         parameter_names: The d parameter names, in column order.
         checkpoints: The M checkpoints.
     """
@@ -57,6 +64,17 @@ class ExperimentCurves:
             [self.trial_indices[i] for i in keep], [self.statuses[i] for i in keep],
             self.X[mask], self.Y[mask], self.parameter_names, self.checkpoints,
         )
+
+
+def curves_with_gaps(Y: Tensor) -> list[int]:
+    """Rows of the ``n x M`` ``Y`` that report a checkpoint after skipping one."""
+    observed = ~torch.isnan(Y)
+    return (observed & ((~observed).cumsum(-1) > 0)).any(-1).nonzero().flatten().tolist()
+
+
+def observed_checkpoints(y: Tensor, checkpoints: Sequence[float]) -> list[float]:
+    """The checkpoints at which the ``M`` curve ``y`` has values."""
+    return [c for c, value in zip(checkpoints, y.tolist()) if not math.isnan(value)]
 
 
 def objective_metric(experiment: Experiment, metric_name: str | None = None) -> tuple[str, bool]:
@@ -109,8 +127,9 @@ def experiment_curves(
         checkpoints: The M increasing steps at which the metric is reported.
 
     Raises:
-        ValueError: The metric's data has no progression (``step``) values, or a
-            reported step is not one of ``checkpoints``.
+        ValueError: The metric's data has no progression (``step``) values, a
+            reported step is not one of ``checkpoints``, or a trial reported a
+            checkpoint after skipping an earlier one.
     """
     checkpoints = [float(c) for c in checkpoints]
     data = experiment.lookup_data()
@@ -143,8 +162,15 @@ def experiment_curves(
             )
         # Repeated reports of one step (re-fetches): the latest row wins.
         Y[row, index] = torch.tensor(group["mean"].to_numpy(dtype=float), dtype=torch.double)
-    # A prefix only: a value after a missing checkpoint cannot enter GPAR.
-    Y = torch.where(torch.isnan(Y).cumsum(-1) > 0, float("nan"), Y)
+    gaps = curves_with_gaps(Y)
+    if gaps:
+        example = trials[gaps[0]]
+        raise ValueError(
+            f"Trials {[trials[i] for i in gaps][:10]} reported {metric_name!r} after skipping "
+            f"a checkpoint (trial {example} at {observed_checkpoints(Y[gaps[0]], checkpoints)} "
+            f"of {checkpoints}). GPAR needs every checkpoint up to a trial's last; report "
+            "the metric at each one."
+        )
     X = torch.tensor(
         [unit_cube(experiment, experiment.trials[t].arm.parameters) for t in trials],
         dtype=torch.double,

@@ -52,6 +52,7 @@ from botorch.posteriors.transformed import TransformedPosterior
 from botorch.utils.datasets import SupervisedDataset
 from torch import Tensor
 
+from gpar_bo.ax.curves import curves_with_gaps, observed_checkpoints
 from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
 
 __all__ = [
@@ -187,6 +188,15 @@ class GPARCurveModel(Model):
         sums.index_put_((run, steps), train_Y[:, 0], accumulate=True)
         counts.index_put_((run, steps), torch.ones_like(train_Y[:, 0]), accumulate=True)
         curves = torch.where(counts > 0, sums / counts.clamp_min(1), float("nan"))
+        gaps = curves_with_gaps(curves)
+        if gaps and not self.gpar_options.get("impute", False):
+            raise ValueError(
+                f"{len(gaps)} trial(s) reported after skipping a checkpoint (e.g. at "
+                f"{observed_checkpoints(curves[gaps[0]], checkpoints)} of {checkpoints}; "
+                "a trial completed without progression data reports only its last step). "
+                "GPAR needs every checkpoint up to a trial's last: report each one, or "
+                "pass gpar_options={'impute': True}."
+            )
         self.gpar = GPARModel(configs, curves, output_names=checkpoints, **self.gpar_options)
 
     @classmethod

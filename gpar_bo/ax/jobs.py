@@ -4,7 +4,9 @@ A job trains one configuration and appends one JSON line per reported step to
 its progress file, ``{"step": 3, "values": {"val_error": 0.12, ...}}``, then a
 final ``{"status": "completed" | "stopped" | "failed", ...}`` line. Before each
 step's report returns, the job checks for a stop file next to it; if present it
-stops after that step, recording the file's text as the stop reason. Files work the same for local processes, a dask
+stops after that step, recording the file's text as the stop reason, unless that
+step was the final one (``final_step``): a job that reported its final step
+completed, whenever a stop arrived. Files work the same for local processes, a dask
 ``LocalCluster`` and any cluster whose workers share the filesystem, and they
 survive a restart of the tuning process.
 
@@ -103,15 +105,20 @@ def run_training_job(
     trial_index: int,
     progress_file: str,
     stop_file: str,
+    final_step: float | None = None,
 ) -> str:
-    """Run one training job, writing its progress file; returns the final status."""
+    """Run one training job, writing its progress file; returns the final status.
+
+    ``final_step`` is the step of a full run (e.g. its last epoch), if known.
+    """
     progress, stop = Path(progress_file), Path(stop_file)
     stopped = False
 
     def report(step: float, values: Mapping[str, float]) -> bool:
         nonlocal stopped
         _append(progress, {"step": step, "values": {k: float(v) for k, v in values.items()}})
-        stopped = stop.exists()
+        finished = final_step is not None and step >= final_step
+        stopped = stop.exists() and not finished
         return stopped
 
     try:

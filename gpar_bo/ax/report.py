@@ -33,7 +33,7 @@ def build_report(experiment: Experiment, strategy: GPAREarlyStoppingStrategy) ->
 
     Returns:
         ``{"metric", "minimize", "checkpoints", "best", "trials", "epochs_trained"}``;
-        ``best`` is None until a trial completes. Each trial has ``index``,
+        ``best`` is None until a trial reaches the final checkpoint. Each trial has ``index``,
         ``status``, ``parameters``, ``steps``, ``values``, ``stopped`` and, if it did
         not reach the final checkpoint, ``predicted_final`` (``mean``, ``q05``, ``q95``).
     """
@@ -60,8 +60,9 @@ def build_report(experiment: Experiment, strategy: GPAREarlyStoppingStrategy) ->
                 "q95": float(s.quantile(0.95)),
             }
         trials.append(entry)
-        complete = trial.status == TrialStatus.COMPLETED and bool(observed[-1])
-        if complete and (
+        # Reaching the final checkpoint, not the status, makes a final value: a trial
+        # stopped during its final epoch finishes it.
+        if bool(observed[-1]) and (
             best is None or (entry["values"][-1] < best["final"]) == minimize
         ):
             best = {"trial_index": index, "parameters": entry["parameters"],

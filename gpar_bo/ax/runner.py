@@ -24,6 +24,7 @@ import multiprocessing
 import os
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,13 @@ class CurveMetric(MapMetric):
     def is_available_while_running(cls) -> bool:
         return True
 
+    @classmethod
+    def period_of_new_data_after_trial_completion(cls) -> timedelta:
+        # Ax marks a trial EARLY_STOPPED when it asks it to stop, but the job only sees
+        # the stop file after the epoch it is training; keep fetching so that epoch (the
+        # final one, if the stop came during it) reaches the model and the budget.
+        return timedelta(days=1)
+
     def fetch_trial_data(self, trial: BaseTrial, **kwargs: Any) -> MetricFetchResult:
         """All steps reported so far; an ``Err`` before the first (Ax retries it)."""
         path = trial.run_metadata.get("progress_file")
@@ -99,6 +107,9 @@ class CurveRunner(Runner):
         scheduler_address: With ``use_dask``, the address of an existing scheduler
             (e.g. ``"tcp://10.0.0.5:8786"``); None starts a ``LocalCluster``. Its
             workers must see ``directory`` and be able to import ``train``.
+        final_step: The step of a full run (e.g. its number of epochs). A job
+            that reports it is COMPLETED even if a stop (early stopping, or the
+            tuning process ending) arrived while it trained that step.
     """
 
     def __init__(
@@ -109,6 +120,7 @@ class CurveRunner(Runner):
         max_workers: int = 2,
         use_dask: bool = False,
         scheduler_address: str | None = None,
+        final_step: float | None = None,
     ) -> None:
         self.train = train
         self.directory = str(directory)
@@ -116,6 +128,7 @@ class CurveRunner(Runner):
         self.max_workers = max_workers
         self.use_dask = use_dask
         self.scheduler_address = scheduler_address
+        self.final_step = final_step
         self._executor: Any = None
         self._futures: dict[int, Future] = {}
 
@@ -177,7 +190,7 @@ class CurveRunner(Runner):
         for path in (progress, stop):  # a re-run trial index starts afresh
             path.unlink(missing_ok=True)
         args = (self.train, self.train_kwargs, dict(trial.arms[0].parameters), trial.index,
-                str(progress), str(stop))
+                str(progress), str(stop), self.final_step)
         executor = self._get_executor()
         if self.use_dask:
             future = executor.submit(run_training_job, *args, pure=False,

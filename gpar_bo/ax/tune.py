@@ -50,6 +50,7 @@ from gpar_bo.ax.runner import CurveMetric, CurveRunner, json_registries
 
 __all__ = [
     "EpochBudget",
+    "check_tune_options",
     "TuningProblem",
     "load_snapshot",
     "mnist_problem",
@@ -200,13 +201,15 @@ def load_snapshot(path: str | Path) -> tuple[Experiment, GenerationStrategy]:
 
 
 def _best_final(experiment: Experiment, metric: str, epochs: int) -> float | None:
-    """The lowest final-epoch value of a completed trial (None before one completes)."""
+    """The lowest final-epoch value (None before a trial reaches the final epoch).
+
+    A trial stopped during its final epoch finishes it, so reaching the final epoch,
+    not the COMPLETED status, is what makes a final value.
+    """
     df = experiment.lookup_data().full_df
     if df.empty or "step" not in df:
         return None
-    completed = {t.index for t in experiment.trials_by_status[TrialStatus.COMPLETED]}
-    final = df[(df["metric_name"] == metric) & (df["step"] == epochs)
-               & df["trial_index"].isin(completed)]
+    final = df[(df["metric_name"] == metric) & (df["step"] == epochs)]
     return None if final.empty else float(final["mean"].min())
 
 
@@ -219,6 +222,29 @@ def _new_experiment(problem: TuningProblem, runner: CurveRunner) -> Experiment:
         tracking_metrics=[CurveMetric(m, lower_is_better=None) for m in problem.tracking_metrics],
         runner=runner,
     )
+
+
+def check_tune_options(
+    problem: TuningProblem, budget_epochs: int, workers: int, num_sobol_trials: int,
+    threshold: float, min_epochs: int, max_trials: int | None,
+) -> None:
+    """Reject settings under which ``tune`` would run no trial or could not work."""
+    problems = []
+    if workers < 1:
+        problems.append(f"workers must be >= 1 (got {workers})")
+    if budget_epochs < problem.epochs:
+        problems.append(f"the budget ({budget_epochs} epochs) must cover one full trial "
+                        f"({problem.epochs} epochs)")
+    if num_sobol_trials < 0:
+        problems.append(f"num_sobol_trials must be >= 0 (got {num_sobol_trials})")
+    if not 0 < threshold < 1:
+        problems.append(f"threshold must be a probability in (0, 1) (got {threshold})")
+    if not 1 <= min_epochs <= problem.epochs:
+        problems.append(f"min_epochs must be in [1, {problem.epochs}] (got {min_epochs})")
+    if max_trials is not None and max_trials < 1:
+        problems.append(f"max_trials must be >= 1 (got {max_trials})")
+    if problems:
+        raise ValueError("Bad tuning settings: " + "; ".join(problems) + ".")
 
 
 def tune(
@@ -268,12 +294,14 @@ def tune(
     """
     from tqdm.auto import tqdm
 
+    check_tune_options(problem, budget_epochs, workers, num_sobol_trials, threshold,
+                        min_epochs, max_trials)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     snapshot = directory / SNAPSHOT
     runner = CurveRunner(problem.train, str(directory / "runs"), problem.train_kwargs,
                          max_workers=workers, use_dask=use_dask,
-                         scheduler_address=scheduler_address)
+                         scheduler_address=scheduler_address, final_step=problem.epochs)
     if snapshot.exists():
         experiment, strategy = load_snapshot(snapshot)
         stored = experiment.runner
@@ -281,21 +309,20 @@ def tune(
             experiment.name == problem.name
             and isinstance(stored, CurveRunner)
             and stored.train == problem.train
-            and stored.train_kwargs.get("epochs", problem.epochs) == problem.epochs
+            and stored.train_kwargs == problem.train_kwargs
             and list(experiment.search_space.parameters) == [p.name for p in problem.parameters]
         )
         if not same:
             raise ValueError(
-                f"{directory} holds another tuning experiment ({experiment.name!r}, "
-                f"{getattr(stored, 'train_kwargs', {}).get('epochs')} epochs per trial); "
-                f"use another output directory to start {problem.name!r} with "
-                f"{problem.epochs} epochs per trial."
+                f"{directory} holds another tuning experiment ({experiment.name!r}, job "
+                f"settings {getattr(stored, 'train_kwargs', None)}); use another output "
+                f"directory to start {problem.name!r} with {problem.train_kwargs}."
             )
         # A fresh runner (same job) owns no jobs, so it reports the trials that were
         # running as FAILED, and recovers any that finished since the snapshot.
         runner = CurveRunner(runner.train, runner.directory,
                              dict(experiment.runner.train_kwargs), workers, use_dask,
-                             scheduler_address)
+                             scheduler_address, final_step=problem.epochs)
         experiment.runner = runner
         logger.info("Resuming %s: %d trials so far.", snapshot, len(experiment.trials))
     else:
@@ -341,5 +368,8 @@ def tune(
     finally:
         bar.close()
         save_snapshot(snapshot, experiment, strategy)
-        runner.shutdown()
+        runner.shutdown()  # waits for local jobs to finish their current epoch
+        # The epochs jobs wrote after Ax's last poll (e.g. after a stop) count too.
+        experiment.fetch_data()
+        save_snapshot(snapshot, experiment, strategy)
     return write_report(experiment, early_stopping, directory)
