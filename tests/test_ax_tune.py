@@ -119,6 +119,20 @@ def test_epoch_budget_counts_running_trials_in_full() -> None:
     assert budget._should_stop_optimization(experiment)[0]  # 16 + 8 > 20
 
 
+def test_a_relative_output_directory_is_stored_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A resume from another working directory must still find the progress files.
+    monkeypatch.chdir(tmp_path)
+    tune(toy_problem(3), "out", 6, num_sobol_trials=2, workers=1, poll_seconds=0.1,
+         progress=False)
+    experiment, _ = load_snapshot(tmp_path / "out" / "snapshot.json")
+    assert Path(experiment.runner.directory) == tmp_path.resolve() / "out" / "runs"
+    for trial in experiment.trials.values():
+        progress = Path(trial.run_metadata["progress_file"])
+        assert progress.is_absolute() and progress.exists()
+
+
 def test_tune_cli_parses_and_runs_a_small_mnist_job(tmp_path: Path, capsys) -> None:
     args = build_parser().parse_args(["tune", "--budget", "7"])
     assert args.budget == 7 and args.epochs == 10 and args.workers == 2

@@ -296,7 +296,9 @@ def tune(
 
     check_tune_options(problem, budget_epochs, workers, num_sobol_trials, threshold,
                         min_epochs, max_trials)
-    directory = Path(directory)
+    # Absolute: trials store their progress files' paths, which a resume from another
+    # working directory must still find.
+    directory = Path(directory).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     snapshot = directory / SNAPSHOT
     runner = CurveRunner(problem.train, str(directory / "runs"), problem.train_kwargs,
