@@ -25,13 +25,16 @@ def _rows(index: Tensor, limit: int = 10) -> str:
     return shown + (f", ... ({len(rows)} rows)" if len(rows) > limit else "")
 
 
-def check_inputs(X: Tensor, d: int | None = None, name: str = "X") -> None:
-    """Check that ``X`` is a finite ``... x d`` tensor.
+def check_inputs(
+    X: Tensor, d: int | None = None, name: str = "X", dtype: torch.dtype | None = None
+) -> None:
+    """Check that ``X`` is a finite ``... x n x d`` tensor with at least one point.
 
     Args:
         X: A ``batch_shape x n x d`` tensor.
         d: The expected number of input dimensions, if known.
         name: What to call the tensor in error messages.
+        dtype: The expected dtype (the model's), if known.
     """
     if not torch.is_tensor(X) or not X.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor.")
@@ -40,6 +43,13 @@ def check_inputs(X: Tensor, d: int | None = None, name: str = "X") -> None:
     if d is not None and X.shape[-1] != d:
         raise ValueError(
             f"{name} has {X.shape[-1]} input dimensions; the model was trained on {d}."
+        )
+    if X.shape[-2] == 0:
+        raise ValueError(f"{name} has no points; got shape {tuple(X.shape)}.")
+    if dtype is not None and X.dtype != dtype:
+        raise ValueError(
+            f"{name} is {X.dtype} but the model is {dtype}; convert it, e.g. "
+            f"`{name}.to(model.train_X)`."
         )
     bad = ~torch.isfinite(X)
     if bad.any():

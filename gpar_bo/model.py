@@ -418,7 +418,7 @@ class GPARModel(Model):
         Returns:
             A ``GPARPosterior`` over ``batch_shape x q x m`` outputs.
         """
-        check_inputs(X, d=self.train_X.shape[-1])
+        check_inputs(X, d=self.train_X.shape[-1], dtype=self.train_X.dtype)
         if torch.is_tensor(observation_noise):
             raise NotImplementedError(
                 "GPARModel supports observation_noise=True/False, not given noise levels."
@@ -551,7 +551,7 @@ class GPARModel(Model):
                 f"X must be `n x {self.train_X.shape[-1]}` (batched conditioning, as for "
                 f"fantasies, is not supported); got {tuple(X.shape)}."
             )
-        check_inputs(X, d=self.train_X.shape[-1])
+        check_inputs(X, d=self.train_X.shape[-1], dtype=self.train_X.dtype)
         if Y.dim() != 2 or Y.shape[-1] != self.num_outputs:
             raise ValueError(f"Y must be `n x {self.num_outputs}`; got {tuple(Y.shape)}.")
         # A copy: the new model fits its outcome transform to the combined data.

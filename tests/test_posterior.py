@@ -164,6 +164,10 @@ def test_bad_posterior_inputs(curve_model: GPARModel) -> None:
         curve_model.posterior(torch.full((1, 2), NAN, dtype=torch.double))
     with pytest.raises(ValueError, match="3 input dimensions; the model was trained on 2"):
         curve_model.posterior(torch.rand(1, 3, dtype=torch.double))
+    with pytest.raises(ValueError, match="X has no points"):
+        curve_model.posterior(torch.rand(4, 0, 2, dtype=torch.double))
+    with pytest.raises(ValueError, match="X is torch.float32 but the model is torch.float64"):
+        curve_model.posterior(torch.rand(1, 2))
     with pytest.raises(NotImplementedError, match="observation_noise"):
         curve_model.posterior(torch.rand(1, 2, dtype=torch.double), observation_noise=torch.ones(1))
     with pytest.raises(ValueError, match="Y must be"):
