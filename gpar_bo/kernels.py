@@ -44,9 +44,10 @@ class Conventions(str, Enum):
       mean and is fitted maximum a posteriori under BoTorch's length-scale and
       noise priors; the first conditional's kernel has no variance of its own
       (its standardised targets have unit variance).
-    - ``PAPER`` ("paper"): as in the paper and the authors' ``gpar`` package.
-      Zero-mean GPs on the outputs as given, a variance on every kernel, and
-      maximum likelihood without priors.
+    - ``PAPER`` ("paper"): as in the paper's synthetic experiments and the
+      authors' ``gpar`` package with ``normalise_y=False``. Zero-mean GPs on the
+      outputs as given, a variance on every kernel, and maximum likelihood
+      without priors.
     """
 
     BOTORCH = "botorch"
@@ -81,7 +82,7 @@ def conditional_kernel(
         y_dims: Number of earlier outputs the conditional sees (columns
             ``d..d+y_dims-1``).
         use_rbf_kernel: EQ (RBF) kernel on x if True (the paper's choice),
-            Matern-5/2 otherwise.
+            Matern-5/2 otherwise; kernels over earlier outputs are always EQ.
         conventions: BoTorch's (length-scale priors; no variance on the first
             conditional's kernel) or the paper's (no priors; a variance on every
             stationary kernel). See ``Conventions``.
@@ -93,9 +94,9 @@ def conditional_kernel(
     family = KernelFamily(family)
     paper = Conventions(conventions) is Conventions.PAPER
 
-    def stationary(ard_num_dims: int, active_dims: list[int] | None) -> Kernel:
+    def stationary(ard_num_dims: int, active_dims: list[int] | None, rbf: bool = True) -> Kernel:
         kernel = get_covar_module_with_dim_scaled_prior(
-            ard_num_dims=ard_num_dims, active_dims=active_dims, use_rbf_kernel=use_rbf_kernel
+            ard_num_dims=ard_num_dims, active_dims=active_dims, use_rbf_kernel=rbf
         )
         if paper:
             # The same kernel, constraint and starting length scales, without the prior.
@@ -111,9 +112,9 @@ def conditional_kernel(
     x_cols = list(range(x_dims))
     y_cols = list(range(x_dims, x_dims + y_dims))
     if y_dims == 0:
-        k_x = stationary(x_dims, None)
+        k_x = stationary(x_dims, None, use_rbf_kernel)
         return ScaleKernel(k_x) if paper else k_x
-    parts: list[Kernel] = [ScaleKernel(stationary(x_dims, x_cols))]
+    parts: list[Kernel] = [ScaleKernel(stationary(x_dims, x_cols, use_rbf_kernel))]
     if family in (KernelFamily.L, KernelFamily.L_NL):
         parts.append(DenseLinearKernel(ard_num_dims=y_dims, active_dims=y_cols))
     if family in (KernelFamily.NL, KernelFamily.L_NL):

@@ -109,8 +109,8 @@ class GPARModel(Model):
             ``SingleTaskGP``'s standardised targets, constant mean and priors) or
             "paper" (zero-mean GPs on the outputs as given, a variance on every
             kernel, maximum likelihood without priors, noise started at a tenth
-            of the targets' variance), as in the paper and the authors' package.
-            See ``Conventions``.
+            of the targets' variance), as in the paper's synthetic experiments
+            and the authors' package with ``normalise_y=False``. See ``Conventions``.
     """
 
     def __init__(
@@ -359,12 +359,18 @@ class GPARModel(Model):
         self.eval()
         return mll
 
-    def conditional_log_evidences(self) -> Tensor:
+    def conditional_log_evidences(self, standardised: bool = False) -> Tensor:
         r"""``log p(y_m | y_{<m}, x)`` of every conditional's training data.
 
         In the units of the modelled outputs (after ``outcome_transform``, but
         undoing each conditional's standardisation), without hyperpriors, so
         they are comparable across output orderings.
+
+        Args:
+            standardised: Each conditional's evidence of its standardised
+                targets instead (unit-free, for comparing different outputs;
+                the same as the default under the paper's conventions, which
+                do not standardise).
 
         Returns:
             An ``M`` tensor; its sum is GPAR's total log evidence.
@@ -380,7 +386,7 @@ class GPARModel(Model):
                     term.loss() for term in gp.added_loss_terms()
                 )
             _, std = output_scaling(gp)
-            values.append(value - len(targets) * std.log())
+            values.append(value if standardised else value - len(targets) * std.log())
             gp.eval()
         return torch.stack(values)
 
@@ -560,7 +566,7 @@ class GPARModel(Model):
             torch.cat([self.train_X, X]), torch.cat([self.train_Y, Y.to(self.train_Y)]), **options
         )
         missing, unexpected = model.load_state_dict(self.hyperparameters(), strict=False)
-        lost = [k for k in missing if "_transform." not in k] + list(unexpected)
+        lost = [k for k in missing if not _derived_from_data(k)] + list(unexpected)
         if lost:
             raise ValueError(
                 "The conditioned model's hyperparameters do not match this model's "
@@ -571,13 +577,14 @@ class GPARModel(Model):
         return model
 
     def hyperparameters(self) -> dict[str, Tensor]:
-        """The state dict without the data-derived input/outcome transforms.
+        """The state dict without what a model derives from its own data.
 
         For carrying fitted hyperparameters over to a model on other data
         (``load_state_dict(..., strict=False)``), which then normalises and
-        standardises its own data.
+        standardises its own data and keeps its own constraint bounds (the
+        paper conventions' noise floor scales with the targets' variance).
         """
-        return {k: v for k, v in self.state_dict().items() if "_transform." not in k}
+        return {k: v for k, v in self.state_dict().items() if not _derived_from_data(k)}
 
     def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> Any:
         """Load hyperparameters, then recompute imputed/denoised inputs."""
@@ -595,6 +602,11 @@ class GPARModel(Model):
             return False
         sparse = isinstance(self.conditionals[m].covar_module, InducingPointKernel)
         return self.impute or self.denoise or (sparse and not self.learn_inducing_points)
+
+
+def _derived_from_data(key: str) -> bool:
+    """Whether a state-dict entry is an input/outcome transform or a constraint bound."""
+    return "_transform." in key or "_constraint." in key
 
 
 def _paper_likelihood(targets: Tensor) -> GaussianLikelihood:

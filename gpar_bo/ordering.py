@@ -10,7 +10,6 @@ wants to predict stay last, in the order given.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,7 +32,9 @@ def greedy_output_order(
     Orderings other than the natural one rarely keep data closed downwards,
     so every candidate model imputes (``impute=True``), as the paper does.
     Candidates are compared by the evidence of their standardised outputs,
-    so rescaling an output (e.g. changing its units) does not change the order.
+    so under the default conventions rescaling an output (e.g. changing its
+    units) does not change the order; the paper's conventions fit outputs in
+    their own units, so there the order can depend on them.
 
     Args:
         train_X: An ``n x d`` tensor of inputs.
@@ -59,7 +60,7 @@ def greedy_output_order(
             j: _extend(train_X, train_Y, order + [j], fitted, model_kwargs) for j in remaining
         }
         scores = {
-            j: float(m.conditional_log_evidences()[-1]) + _log_jacobian(train_Y[:, j])
+            j: float(m.conditional_log_evidences(standardised=True)[-1])
             for j, m in candidates.items()
         }
         best = max(scores, key=scores.__getitem__)
@@ -67,17 +68,6 @@ def greedy_output_order(
         remaining.remove(best)
         fitted = candidates[best]
     return order + pinned
-
-
-def _log_jacobian(y: Tensor) -> float:
-    """``n log std`` of an output's observed values.
-
-    Added to a candidate's conditional evidence, this gives the evidence of
-    the standardised output, so the choice between outputs does not depend
-    on their units (a density of an output in small units is large).
-    """
-    observed = y[~y.isnan()]
-    return len(observed) * math.log(observed.std().item())
 
 
 def _extend(

@@ -113,6 +113,18 @@ def test_orphaned_running_trial_is_failed_and_asked_to_stop(tmp_path: Path) -> N
     assert "died" in runner.poll_exception(orphan)
 
 
+def test_orphan_that_reported_its_final_step_is_completed(tmp_path: Path) -> None:
+    experiment = make_experiment(tmp_path)
+    trial = attach(experiment, {"x1": 0.5, "x2": 0.5})
+    steps = "".join(f'{{"step": {e}, "values": {{"error": 0.5}}}}\n' for e in (1, 2, 3))
+    (tmp_path / "trial_0.jsonl").write_text(steps)  # died before its status line
+    assert experiment.runner.poll_trial_status([trial]) == {TrialStatus.FAILED: {0}}
+    runner = CurveRunner(TOY, str(tmp_path), final_step=3)
+    assert runner.poll_trial_status([trial]) == {TrialStatus.COMPLETED: {0}}
+    runner = CurveRunner(TOY, str(tmp_path), final_step=4)
+    assert runner.poll_trial_status([trial]) == {TrialStatus.FAILED: {0}}
+
+
 def test_dask_without_distributed_is_a_clear_error(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     try:

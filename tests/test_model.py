@@ -8,7 +8,7 @@ import pytest
 import torch
 from botorch.models import SingleTaskGP
 from botorch.models.transforms.outcome import Log, Standardize
-from gpytorch.kernels import ScaleKernel
+from gpytorch.kernels import MaternKernel, RBFKernel, ScaleKernel
 from gpytorch.means import ZeroMean
 from conftest import EPOCHS, fit, partial_curves
 
@@ -101,6 +101,16 @@ def test_every_kernel_family_fits_and_predicts(family: KernelFamily, conventions
     posterior = model.posterior(torch.rand(3, 1, 2, dtype=torch.double))
     assert torch.isfinite(posterior.mean).all()
     assert (posterior.variance > 0).all()
+
+
+@pytest.mark.parametrize("conventions", ["botorch", "paper"])
+def test_matern_option_changes_only_the_kernel_on_x(conventions: str) -> None:
+    X, Y = partial_curves(n=20)
+    for family, on_outputs in [("L-NL", 2), ("NL-X", 1)]:
+        model = GPARModel(X, Y, kernel=family, use_rbf_kernel=False, conventions=conventions)
+        parts = model.conditionals[1].covar_module.kernels
+        assert isinstance(parts[0].base_kernel, MaternKernel)
+        assert isinstance(parts[on_outputs].base_kernel, RBFKernel)
 
 
 def test_impute_fills_gaps_with_the_posterior_mean() -> None:
@@ -247,6 +257,17 @@ def test_paper_noise_floor_and_start_follow_the_outputs_units() -> None:
         variance = (scale * Y[:, 0]).var()
         torch.testing.assert_close(gp.likelihood.noise, 0.1 * variance.reshape(1))
         assert gp.likelihood.noise_covar.raw_noise_constraint.lower_bound == pytest.approx(1e-4 * variance)
+
+
+def test_paper_noise_floor_follows_the_data_after_conditioning() -> None:
+    X, Y = partial_curves(n=20)
+    model = fit(GPARModel(X, Y, conventions="paper"))
+    y_new = torch.tensor([[5.0] + [NAN] * (Y.shape[-1] - 1)], dtype=torch.double)
+    conditioned = model.condition_on_observations(X[:1] + 0.01, y_new)
+    floor = conditioned.conditionals[0].likelihood.noise_covar.raw_noise_constraint.lower_bound
+    assert floor == pytest.approx(1e-4 * torch.cat([Y[:, 0], y_new[:, 0]]).var())
+    torch.testing.assert_close(conditioned.conditionals[0].likelihood.noise,
+                               model.conditionals[0].likelihood.noise)
 
 
 def test_paper_conventions_fit_learning_curves() -> None:

@@ -57,3 +57,16 @@ def test_greedy_order_does_not_depend_on_the_outputs_units() -> None:
         rescaled = y.clone()
         rescaled[:, column] *= 1e-3  # the same output in other units
         assert greedy_output_order(x, rescaled) == order
+
+
+def test_greedy_order_handles_constant_and_log_transformed_outputs() -> None:
+    from botorch.models.transforms.outcome import Log
+
+    x, y = _synthetic()
+    positive = y - y.min(0).values + 0.5
+    order = greedy_output_order(x, positive, outcome_transform=Log())
+    rescaled = positive.clone()
+    rescaled[:, 1] *= 1e-3  # a shift of the modelled log outputs
+    assert greedy_output_order(x, rescaled, outcome_transform=Log()) == order
+    constant = torch.cat([y[:, :2], torch.full_like(y[:, :1], 2.0)], -1)
+    assert sorted(greedy_output_order(x, constant)) == [0, 1, 2]

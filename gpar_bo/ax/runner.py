@@ -209,7 +209,7 @@ class CurveRunner(Runner):
         """Status from each progress file; orphaned or crashed jobs are FAILED."""
         statuses: dict[TrialStatus, set[int]] = {}
         for trial in trials:
-            _, record = read_progress(self._progress_file(trial.index))
+            steps, record = read_progress(self._progress_file(trial.index))
             future = self._futures.get(trial.index)
             if record is not None:
                 status = {"completed": TrialStatus.COMPLETED,
@@ -219,6 +219,9 @@ class CurveRunner(Runner):
                     status = TrialStatus.FAILED
             elif future is not None and not future.done():
                 status = TrialStatus.RUNNING
+            elif self.final_step is not None and steps and steps[-1][0] >= self.final_step:
+                # The job died after reporting its final step, before its status line.
+                status = TrialStatus.COMPLETED
             else:
                 # No live job writes this file: the process that ran it is gone.
                 # In case an orphaned job still runs.
