@@ -41,8 +41,8 @@ from gpytorch.constraints import GreaterThan
 from gpytorch.kernels import InducingPointKernel
 from gpytorch.likelihoods import GaussianLikelihood, Likelihood
 from gpytorch.means import ZeroMean
-from gpytorch.settings import lazily_evaluate_kernels
 from gpytorch.mlls import ExactMarginalLogLikelihood
+from gpytorch.settings import lazily_evaluate_kernels
 from torch import Tensor
 from torch.nn import ModuleList
 from torch.quasirandom import SobolEngine
@@ -644,7 +644,6 @@ class _PredictionCache:
             and all(a is b for a, b in zip(conditionals, self.conditionals))
             and same_tensors(state, self.state)
         )
-
 
 
 class GPARMarginalLogLikelihood(torch.nn.Module):
