@@ -18,7 +18,7 @@ reach a checkpoint stop before the next). Measured, each as the median of
   on GPAR, against the same calls on BoTorch's ``SingleTaskGP`` fitted to the
   runs that reached the final epoch (the usual BO surrogate), in the same run.
 
-Run: python benchmarks/acquisition_speed.py [--repeats 3] [--seed 0]
+Run: python -m benchmarks.acquisition_speed [--repeats 3] [--seed 0]
 """
 
 from __future__ import annotations
@@ -43,11 +43,11 @@ from botorch.models.transforms.input import Normalize
 from botorch.optim import optimize_acqf
 from botorch.sampling.normal import SobolQMCNormalSampler
 from gpytorch.mlls import ExactMarginalLogLikelihood
-from report import REPO, RESULTS, command_line, write_results
+from benchmarks.report import REPO, RESULTS, command_line, write_results
 from torch import Tensor
 
 from gpar_bo import GPARMarginalLogLikelihood, GPARModel
-from gpar_bo.mnist import load_curves
+from gpar_bo.problems.mnist import load_curves
 
 STUDY = REPO / "benchmarks" / "data" / "mnist_curves_study.csv"
 # Minimise the final checkpoint's (log) error.

@@ -16,9 +16,9 @@ model-based ones in ``benchmarks/bo/model_methods.py`` (``MODEL_METHODS``) when
 that module imports. ``--quick`` is the CI smoke test (synthetic problem, 2
 seeds, small budget, results in ``benchmarks/results/quick/``).
 
-    python benchmarks/bo_mnist.py                       # 20 seeds, all methods, MNIST table
-    python benchmarks/bo_mnist.py --quick               # CI smoke test
-    python benchmarks/bo_mnist.py --methods random asha --seeds 5 --jobs 2
+    python -m benchmarks.bo_mnist                       # 20 seeds, all methods, MNIST table
+    python -m benchmarks.bo_mnist --quick               # CI smoke test
+    python -m benchmarks.bo_mnist --methods random asha --seeds 5 --jobs 2
 """
 
 from __future__ import annotations
@@ -28,30 +28,25 @@ import csv
 import functools
 import json
 import os
-import sys
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch: the machine's cores are shared
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # run as a script: make `benchmarks.*` importable
-    sys.path.insert(0, str(REPO))
-
-import matplotlib  # noqa: E402
+import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from tqdm import tqdm
 
-from benchmarks.bo import analysis  # noqa: E402
-from benchmarks.bo.baselines import BASELINES, optuna_available  # noqa: E402
-from benchmarks.bo.harness import Method, TabularProblem, simulate  # noqa: E402
-from benchmarks.bo.problems import mnist_problem, synthetic_problem  # noqa: E402
-from benchmarks.report import RESULTS, command_line, markdown_table, write_results  # noqa: E402
+from benchmarks.bo import analysis
+from benchmarks.bo.baselines import BASELINES, optuna_available
+from benchmarks.bo.harness import Method, TabularProblem, simulate
+from benchmarks.bo.problems import mnist_table, synthetic_problem
+from benchmarks.report import RESULTS, command_line, markdown_table, write_results
 
 # 250 epochs: the model-based methods start after the first completions (~84 epochs).
 QUICK = {"seeds": 2, "budget": 250, "n_settings": 300}
@@ -82,7 +77,7 @@ def available_methods() -> dict[str, Callable[[], Method]]:
 
 def make_problem(name: str, n_settings: int) -> TabularProblem:
     """The problem ``name`` ("mnist" or "synthetic" with ``n_settings`` settings)."""
-    return mnist_problem() if name == "mnist" else synthetic_problem(n=n_settings, seed=0)
+    return mnist_table() if name == "mnist" else synthetic_problem(n=n_settings, seed=0)
 
 
 _PROBLEMS: dict[tuple[str, int], TabularProblem] = {}

@@ -23,7 +23,7 @@ GPAR-L-NL is fitted twice: at the library's default L-BFGS-B tolerance
 because on these data the looser tolerance stops several conditionals early (their
 log evidences end lower, and the SMSE doubles). The greedy ordering uses the default.
 
-Run: python benchmarks/exchange.py [--quick] [--out benchmarks/results]
+Run: python -m benchmarks.exchange [--quick] [--out benchmarks/results]
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ import torch
 from botorch.fit import fit_gpytorch_mll
 from torch import Tensor
 
-from datasets import FX_TARGETS, FXData, load_fx2007
+from benchmarks.datasets import FX_TARGETS, FXData, load_fx2007
 from gpar_bo import GPARMarginalLogLikelihood, GPARModel
 from gpar_bo.ordering import greedy_output_order
-from report import RESULTS, command_line, write_results
+from benchmarks.report import RESULTS, command_line, write_results
 
 #: The paper's table 5 (SMSE, Nguyen & Bonilla's definition).
 PAPER = {"GPAR-L-NL": 0.0302, "IGP": 0.5996, "CMOGP": 0.2427, "CGP": 0.2125}

@@ -10,7 +10,7 @@ on the raw concentrations (MAE) and on log-concentrations (MAE*, predictions
 transformed back by the model's sampling-based untransform). Kernels: EQ on the
 location plus EQ on the earlier outputs, as in the paper.
 
-Run: python benchmarks/jura.py [--quick] [--out benchmarks/results]
+Run: python -m benchmarks.jura [--quick] [--out benchmarks/results]
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from botorch.fit import fit_gpytorch_mll
 from botorch.models.transforms.outcome import Log
 from torch import Tensor
 
-from datasets import JuraData, load_jura
+from benchmarks.datasets import JuraData, load_jura
 from gpar_bo import GPARMarginalLogLikelihood, GPARModel
-from report import RESULTS, command_line, write_results
+from benchmarks.report import RESULTS, command_line, write_results
 
 #: The paper's table 4 (MAE, MAE* with log transform); None where not reported.
 PAPER = {

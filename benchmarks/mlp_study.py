@@ -17,7 +17,7 @@ test targets) and the mean negative log predictive density of the held-out error
 (Gaussian in log error, i.e. log-normal in the error rate; for GPAR a Gaussian
 approximation in log error from its Rao-Blackwellised moments).
 
-Run ``gpar-bo study`` (or ``python benchmarks/mlp_study.py``); ``--quick`` is the CI
+Run ``python -m benchmarks.mlp_study``; ``--quick`` is the CI
 smoke test.
 """
 
@@ -520,7 +520,7 @@ def write_markdown(summary: list[dict], path: Path, meta: dict) -> None:
         "SMSE of the predicted validation error rate per checkpoint (mean ± standard error "
         "over seeds; lower is better), mean log loss of the held-out error rates (nats, "
         "density of the error rate; lower is better) and mean fit time per model. "
-        "Produced by `benchmarks/mlp_study.py`.",
+        "Produced by `python -m benchmarks.mlp_study`.",
         "",
         format_table(summary),
         "## Setup",
@@ -550,7 +550,7 @@ def write_markdown(summary: list[dict], path: Path, meta: dict) -> None:
 
 # -------------------------------------------------------------------------- main
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    p = parser or argparse.ArgumentParser(prog="mlp_study", description=__doc__.split("\n\n")[0])
+    p = parser or argparse.ArgumentParser(prog="python -m benchmarks.mlp_study", description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, nargs="+", default=None,
                    help="split seeds (default 0..9; --quick: 0 1)")
     p.add_argument("--models", nargs="+", default=None,
@@ -580,8 +580,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 
 def canonical_command(args: argparse.Namespace) -> str:
-    """The ``gpar-bo study`` command line that reproduces ``args``."""
-    parts = ["gpar-bo", "study"]
+    """The command line that reproduces ``args``."""
+    parts = ["python", "-m", "benchmarks.mlp_study"]
     if args.quick:
         parts.append("--quick")
     if args.seeds is not None:
@@ -608,7 +608,7 @@ def canonical_command(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
-    from gpar_bo.mnist import load_curves
+    from gpar_bo.problems.mnist import load_curves
 
     global MAXITER, RESTARTS
     torch.set_num_threads(args.threads)

@@ -1,6 +1,6 @@
 """Writing benchmark results: a markdown table, CSV, JSON and the run's provenance.
 
-Every paper benchmark (``jura.py``, ``exchange.py``, ``speed.py``) records the
+Every benchmark (``python -m benchmarks.jura``, ``benchmarks.exchange``, ...) records the
 exact command, seeds, machine (``uname -a``, cores, torch threads), library
 versions and date next to its numbers, so a committed result can be re-run.
 """
@@ -43,12 +43,12 @@ def machine_info() -> dict[str, Any]:
 def command_line(argv: Sequence[str] | None) -> str:
     """The command that reproduces this run (relative to the repository root)."""
     script = Path(sys.argv[0]).resolve()
-    try:
-        script_text = str(script.relative_to(REPO))
-    except ValueError:
-        script_text = str(script)
     args = list(sys.argv[1:] if argv is None else argv)
-    return shlex.join(["python", script_text, *args])
+    try:
+        module = ".".join(script.relative_to(REPO).with_suffix("").parts)
+    except ValueError:  # not run from this checkout (e.g. under pytest)
+        return shlex.join(["python", str(script), *args])
+    return shlex.join(["python", "-m", module, *args])
 
 
 def markdown_table(rows: Sequence[dict[str, Any]], digits: int = 4) -> str:

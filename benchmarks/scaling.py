@@ -1,6 +1,6 @@
 """Fit cost of GPAR vs BoTorch's multi-task GPs as learning curves grow (M and N).
 
-Fully observed toy learning curves (``gpar_bo.test_problems.learning_curves``, d = 2,
+Fully observed toy learning curves (``gpar_bo.synthetic.learning_curves``, d = 2,
 noise 0.005) with M checkpoints from N runs. Models: GPAR-L-NL (M decoupled
 conditionals of N points each), BoTorch's ``MultiTaskGP`` (ICM with a full-rank task
 covariance over the N M long-format points) and ``KroneckerMultiTaskGP`` (the same
@@ -14,7 +14,7 @@ than ``--icm-max-points`` long-format points (default 2000) are skipped, because
 dense (N M)^3 Cholesky per iteration does not finish in reasonable time on this
 machine; each run also has a timeout.
 
-Run: python benchmarks/scaling.py [--quick] [--maxiter 50]
+Run: python -m benchmarks.scaling [--quick] [--maxiter 50]
 """
 
 from __future__ import annotations
@@ -35,14 +35,14 @@ import matplotlib.pyplot as plt
 import torch
 from torch import Tensor
 
-from report import RESULTS, command_line, write_results
+from benchmarks.report import RESULTS, command_line, write_results
 
 MODELS = ("GPAR", "MultiTaskGP (ICM)", "KroneckerMultiTaskGP")
 
 
 def make_curves(n: int, m: int, seed: int) -> tuple[Tensor, Tensor]:
     """``n x 2`` settings and ``n x m`` validation errors at m checkpoints in [1, 21]."""
-    from gpar_bo.test_problems import learning_curves
+    from gpar_bo.synthetic import learning_curves
 
     generator = torch.Generator().manual_seed(seed)
     X = torch.rand(n, 2, generator=generator, dtype=torch.double)

@@ -21,7 +21,7 @@ the number of seeds on which each side does at least as well as the reference.
 The reference runs from its own virtualenv (default ``/tmp/refvenv``, created with
 ``python3 -m venv /tmp/refvenv && /tmp/refvenv/bin/pip install gpar``), never ours.
 
-Run: python benchmarks/speed.py [--seeds 0 1 ... 9] [--reference-python /tmp/refvenv/bin/python]
+Run: python -m benchmarks.speed [--seeds 0 1 ... 9] [--reference-python /tmp/refvenv/bin/python]
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ matplotlib.use("Agg")  # headless: write PNGs only
 import matplotlib.pyplot as plt
 import torch
 
-from report import RESULTS, command_line, write_results
+from benchmarks.report import RESULTS, command_line, write_results
 
 HERE = Path(__file__).resolve().parent
 INSTALL = "python3 -m venv /tmp/refvenv && /tmp/refvenv/bin/pip install gpar"
@@ -50,7 +50,7 @@ INSTALL = "python3 -m venv /tmp/refvenv && /tmp/refvenv/bin/pip install gpar"
 
 def make_task(seed: int, n_train: int, n_test: int, num_samples: int, maxiter: int | None) -> dict:
     """The synthetic task as JSON-serialisable lists (shared by both sides)."""
-    from gpar_bo.test_problems import three_output_function
+    from gpar_bo.synthetic import three_output_function
 
     generator = torch.Generator().manual_seed(seed)
     X = torch.linspace(0, 1, n_train, dtype=torch.double).unsqueeze(-1)
@@ -72,7 +72,7 @@ def run_ours(spec: dict) -> dict:
     from botorch.fit import fit_gpytorch_mll
 
     from gpar_bo import GPARMarginalLogLikelihood, GPARModel
-    from gpar_bo.initialisation import set_input_lengthscales
+    from gpar_bo.initialization import set_input_lengthscales
 
     torch.manual_seed(spec["seed"])
     X = torch.tensor(spec["x"], dtype=torch.double).unsqueeze(-1)
@@ -111,7 +111,7 @@ def in_fresh_process(python: str, script: Path, spec: dict, *flags: str) -> dict
 
 def smse(means: list, spec: dict) -> float:
     """SMSE of ``n_test x 3`` means against the noiseless truth, averaged over outputs."""
-    from gpar_bo.test_problems import three_output_function
+    from gpar_bo.synthetic import three_output_function
 
     truth = three_output_function(torch.tensor(spec["x_test"], dtype=torch.double).unsqueeze(-1))
     mean = torch.tensor(means, dtype=torch.double)

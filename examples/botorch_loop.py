@@ -20,7 +20,7 @@ from botorch.optim import optimize_acqf
 from botorch.sampling.normal import SobolQMCNormalSampler
 
 from gpar_bo import GPARMarginalLogLikelihood, GPARModel
-from gpar_bo.test_problems import learning_curves
+from gpar_bo.synthetic import learning_curves
 
 EPOCHS = [1, 5, 11, 16, 21]
 BOUNDS = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=torch.double)

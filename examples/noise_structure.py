@@ -40,7 +40,7 @@ from botorch.fit import fit_gpytorch_mll
 from torch import Tensor
 
 from gpar_bo import GPARMarginalLogLikelihood, GPARModel
-from gpar_bo.initialisation import set_input_lengthscales
+from gpar_bo.initialization import set_input_lengthscales
 
 NOISE_STD = 0.05**0.5
 DEFAULT_OUT = Path(__file__).resolve().parent / "figures" / "noise_structure.png"
@@ -72,7 +72,7 @@ def draw_noise(x: Tensor, scheme: str, generator: torch.Generator) -> Tensor:
 
 def posterior_residues(X: Tensor, Y: Tensor, X_test: Tensor, num_samples: int) -> Tensor:
     """Fit GPAR-NL-X; noisy posterior samples minus their mean, ``S x n_test x 2``."""
-    # x length scales start at 0.1 as in the paper's scripts (see gpar_bo.initialisation).
+    # x length scales start at 0.1 as in the paper's scripts (see gpar_bo.initialization).
     model = set_input_lengthscales(GPARModel(X, Y, kernel="NL-X"), 0.1)
     fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model))
     with torch.no_grad():

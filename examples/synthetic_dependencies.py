@@ -28,8 +28,8 @@ from botorch.fit import fit_gpytorch_mll
 from torch import Tensor
 
 from gpar_bo import GPARMarginalLogLikelihood, GPARModel
-from gpar_bo.initialisation import set_input_lengthscales
-from gpar_bo.test_problems import three_output_function
+from gpar_bo.initialization import set_input_lengthscales
+from gpar_bo.synthetic import three_output_function
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "figures" / "synthetic_dependencies.png"
 
@@ -46,7 +46,7 @@ def fit_and_sample(
     X: Tensor, Y: Tensor, X_test: Tensor, num_samples: int, markov: int | None
 ) -> Tensor:
     """Fit GPAR-L-NL (``markov=None``) or IGP (``markov=0``); ``S x n_test x 3`` samples."""
-    # x length scales start at 0.1 as in the paper's scripts (see gpar_bo.initialisation).
+    # x length scales start at 0.1 as in the paper's scripts (see gpar_bo.initialization).
     model = set_input_lengthscales(GPARModel(X, Y, kernel="L-NL", markov=markov), 0.1)
     fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model))
     with torch.no_grad():

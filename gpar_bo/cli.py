@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from gpar_bo.ax.cli import add_tune_parser
-from gpar_bo.mnist.cli import add_generate_parser
-from gpar_bo.study_cli import add_study_parser
+from gpar_bo.problems.mnist.cli import add_generate_parser
+from gpar_bo.tuning.cli import add_tune_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,7 +17,6 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     add_generate_parser(subparsers)
     add_tune_parser(subparsers)
-    add_study_parser(subparsers)
     return parser
 
 

@@ -14,7 +14,7 @@ from botorch.optim import optimize_acqf, optimize_acqf_discrete
 from botorch.sampling.normal import SobolQMCNormalSampler
 
 from gpar_bo import GPARModel
-from gpar_bo.test_problems import learning_curves
+from gpar_bo.synthetic import learning_curves
 
 BOUNDS = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=torch.double)
 OPTIMUM = torch.tensor([0.3, 0.7], dtype=torch.double)

@@ -10,10 +10,10 @@ from botorch.models import SingleTaskGP
 from botorch.models.transforms.outcome import Log, Standardize
 from gpytorch.kernels import MaternKernel, RBFKernel, ScaleKernel
 from gpytorch.means import ZeroMean
-from conftest import EPOCHS, fit, partial_curves
+from tests.helpers import EPOCHS, fit, partial_curves
 
 from gpar_bo import GPARModel, KernelFamily
-from gpar_bo.test_problems import learning_curves, three_output_function
+from gpar_bo.synthetic import learning_curves, three_output_function
 
 NAN = float("nan")
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gpar_bo.ordering import greedy_output_order
-from gpar_bo.test_problems import three_output_function
+from gpar_bo.synthetic import three_output_function
 
 
 def _synthetic(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -10,7 +10,7 @@ from botorch.acquisition.logei import qLogExpectedImprovement
 from botorch.acquisition.objective import LinearMCObjective, ScalarizedPosteriorTransform
 from botorch.sampling.get_sampler import get_sampler
 from botorch.sampling.normal import IIDNormalSampler, SobolQMCNormalSampler
-from conftest import fit
+from tests.helpers import fit
 
 from gpar_bo import GPARModel, GPARPosterior
 

@@ -14,8 +14,8 @@ import torch
 from torch import Tensor
 
 from benchmarks.bo.harness import TabularProblem
-from gpar_bo.mnist import HPARAM_NAMES
-from gpar_bo.mnist.curves import load_curves
+from gpar_bo.problems.mnist import HPARAM_NAMES
+from gpar_bo.problems.mnist.curves import load_curves
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MNIST_CSV = DATA / "mnist_curves_tabular.csv"
@@ -37,7 +37,7 @@ def grid_bounds(metadata: dict) -> tuple[Tensor, Tensor]:
     return lower, upper
 
 
-def mnist_problem(
+def mnist_table(
     checkpoints: Sequence[int] = DEFAULT_CHECKPOINTS, path: Path = MNIST_CSV
 ) -> TabularProblem:
     """The committed table of 2,000 MNIST MLP settings with 21-epoch curves.

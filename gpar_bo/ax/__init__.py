@@ -4,9 +4,9 @@
   (:class:`GPARCurveModel`) in Ax's modular BoTorch generator.
 * :class:`GPAREarlyStoppingStrategy` (:mod:`~gpar_bo.ax.early_stopping`): stop trials
   unlikely to beat the incumbent.
-* :mod:`gpar_bo.ax.runner` / :mod:`gpar_bo.ax.jobs`: ``CurveRunner`` and ``CurveMetric``
+* :mod:`gpar_bo.tuning.runner` / :mod:`gpar_bo.tuning.jobs`: ``CurveRunner`` and ``CurveMetric``
   for training jobs in local processes or on dask.
-* :mod:`gpar_bo.ax.tune` / :mod:`gpar_bo.ax.report`: the ``gpar-bo tune`` loop (epoch
+* :mod:`gpar_bo.tuning.loop` / :mod:`gpar_bo.tuning.report`: the ``gpar-bo tune`` loop (epoch
   budget, JSON snapshot and resume) and its report.
 
 Importing this package registers GPAR's model class with Ax (fitting, storage).

@@ -1,0 +1,79 @@
+"""The MNIST MLP as a tuning problem: its search space and its training job."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ax.core.parameter import ParameterType, RangeParameter
+
+from gpar_bo.problems.mnist.mlp import GRID
+from gpar_bo.tuning.jobs import Report
+from gpar_bo.tuning.loop import TuningProblem
+
+__all__ = ["mnist_problem", "train_mnist_mlp"]
+
+
+def mnist_problem(
+    epochs: int = 10, data_dir: str | None = None, seed: int = 0, max_examples: int | None = None
+) -> TuningProblem:
+    """The six MLP hyperparameters of :mod:`gpar_bo.problems.mnist` (paper ranges), on validation error.
+
+    Args:
+        epochs: Epochs per full trial.
+        data_dir: An MNIST IDX directory; None for the embedded 5k digits.
+        seed: Base training seed (trial i uses ``seed + i``).
+        max_examples: Use only this many digits (smoke tests).
+    """
+
+    def bounds(name: str) -> tuple[float, float]:
+        return float(min(GRID[name])), float(max(GRID[name]))
+
+    integer = ParameterType.INT
+    parameters = [
+        RangeParameter("n_hidden_layers", integer, *bounds("n_hidden_layers")),
+        RangeParameter("n_neurons", integer, *bounds("n_neurons")),
+        RangeParameter("dropout", ParameterType.FLOAT, *bounds("dropout")),
+        RangeParameter("log_learning_rate", ParameterType.FLOAT, *bounds("log_learning_rate")),
+        RangeParameter("log_l1", ParameterType.FLOAT, *bounds("log_l1")),
+        RangeParameter("log_l2", ParameterType.FLOAT, *bounds("log_l2")),
+    ]
+    kwargs: dict[str, Any] = {"epochs": epochs, "data_dir": data_dir, "seed": seed}
+    if max_examples is not None:
+        kwargs["max_examples"] = max_examples
+    return TuningProblem(
+        name="mnist_mlp", parameters=parameters, metric="val_error", epochs=epochs,
+        train="gpar_bo.problems.mnist.job:train_mnist_mlp", train_kwargs=kwargs,
+        tracking_metrics=["val_loss"],
+    )
+
+
+def train_mnist_mlp(
+    parameters: Mapping[str, float],
+    report: Report,
+    trial_index: int,
+    epochs: int = 21,
+    data_dir: str | None = None,
+    seed: int = 0,
+    threads: int = 1,
+    max_examples: int | None = None,
+) -> None:
+    """Train the MNIST MLP of :mod:`gpar_bo.problems.mnist`, reporting after every epoch.
+
+    Reports ``val_error`` (validation error rate) and ``val_loss`` (validation
+    cross-entropy) at epochs 1..``epochs``; the run's seed is ``seed + trial_index``.
+    ``data_dir`` is an IDX directory (default: embedded 5k MNIST); ``max_examples``
+    keeps a subset (for smoke tests).
+    """
+    import torch
+
+    from gpar_bo.problems.mnist.data import load_mnist
+    from gpar_bo.problems.mnist.mlp import MLPHyperparameters, train_mlp
+
+    torch.set_num_threads(threads)
+    data = load_mnist(data_dir, max_examples=max_examples)
+    hparams = MLPHyperparameters.from_dict(parameters)
+    train_mlp(
+        hparams, data, epochs=epochs, seed=seed + trial_index,
+        callback=lambda epoch, loss, error: report(epoch, {"val_error": error, "val_loss": loss}),
+    )

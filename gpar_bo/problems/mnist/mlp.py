@@ -1,0 +1,315 @@
+"""The MNIST MLP objective: six hyperparameters in, per-epoch validation curves out.
+
+This is the problem of section 5 ("MLP validation error") of Requeima et al. (2019): a
+fully connected ReLU network with dropout, trained with Adam on cross-entropy plus L1 and
+L2 weight penalties, scored after every epoch on a held-out validation set. The same
+:func:`train_mlp` produces the committed learning-curve data and serves as the live
+objective of the Ax tuning loop, where the callback lets a caller stop a run early.
+
+Scale follows the authors' setup: learning rate and penalties are on a natural-log scale,
+and the batch size is set so that one epoch is 12.5 optimiser steps (their 50,000
+training examples in batches of 4,000).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from gpar_bo.problems.mnist.data import MNISTData
+
+__all__ = [
+    "HPARAM_NAMES",
+    "GRID",
+    "PAPER_GRID",
+    "MLPHyperparameters",
+    "TrainResult",
+    "EpochCallback",
+    "STEPS_PER_EPOCH",
+    "batch_size_for",
+    "build_mlp",
+    "train_mlp",
+]
+
+#: Optimiser steps per epoch in the authors' setting (50,000 examples / batch 4,000).
+STEPS_PER_EPOCH = 12.5
+
+
+def _grid(start: float, stop: float, step: float) -> tuple[float, ...]:
+    """Inclusive arithmetic grid, rounded so that 0.1-steps compare exactly."""
+    n = int(round((stop - start) / step)) + 1
+    return tuple(round(start + i * step, 10) for i in range(n))
+
+
+#: Every value the objective accepts on the grid. Layers 1-3 are available (the
+#: authors sampled 1-2); the log learning rate is restricted to > -10 as in the paper.
+GRID: dict[str, tuple[float, ...]] = {
+    "n_hidden_layers": (1, 2, 3),
+    "n_neurons": tuple(range(50, 451, 50)),
+    "dropout": _grid(0.0, 0.8, 0.1),
+    "log_learning_rate": _grid(-9.0, -1.0, 1.0),
+    "log_l1": _grid(-20.0, -1.0, 1.0),
+    "log_l2": _grid(-20.0, -1.0, 1.0),
+}
+
+#: The authors' sampling grid: as :data:`GRID` but with 1-2 hidden layers only.
+#: 2 * 9 * 9 * 9 * 20 * 20 = 583,200 settings.
+PAPER_GRID: dict[str, tuple[float, ...]] = {**GRID, "n_hidden_layers": (1, 2)}
+
+#: The six hyperparameters, in the column order of ``X`` everywhere in this package.
+HPARAM_NAMES: tuple[str, ...] = tuple(GRID)
+
+
+@dataclass(frozen=True)
+class MLPHyperparameters:
+    """The paper's six MLP hyperparameters (logs are natural logs).
+
+    Values must lie within the bounds of :data:`GRID`; off-grid values inside the bounds
+    are allowed (a continuous optimiser may propose them) unless ``require_on_grid`` is
+    used in :meth:`from_dict`, and :attr:`on_grid` tells which case holds.
+
+    Attributes:
+        n_hidden_layers: number of hidden layers, an integer in 1..3.
+        n_neurons: neurons per hidden layer, an integer in 50..450.
+        dropout: dropout probability after each hidden layer, in [0, 0.8].
+        log_learning_rate: log of Adam's learning rate, in [-9, -1].
+        log_l1: log of the L1 penalty weight on hidden-layer weights, in [-20, -1].
+        log_l2: log of the L2 penalty weight on hidden-layer weights, in [-20, -1].
+    """
+
+    n_hidden_layers: int
+    n_neurons: int
+    dropout: float
+    log_learning_rate: float
+    log_l1: float
+    log_l2: float
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+                raise ValueError(f"hyperparameter {f.name} must be a number, got {value!r}")
+            if not math.isfinite(float(value)):
+                raise ValueError(f"hyperparameter {f.name} must be finite, got {value!r}")
+            lo, hi = min(GRID[f.name]), max(GRID[f.name])
+            if not lo - 1e-9 <= float(value) <= hi + 1e-9:
+                raise ValueError(
+                    f"hyperparameter {f.name}={value} is outside its range [{lo}, {hi}]"
+                )
+        for name in ("n_hidden_layers", "n_neurons"):
+            value = float(getattr(self, name))
+            if value != round(value):
+                raise ValueError(f"hyperparameter {name} must be an integer, got {value}")
+            object.__setattr__(self, name, int(round(value)))
+        for name in ("dropout", "log_learning_rate", "log_l1", "log_l2"):
+            object.__setattr__(self, name, float(getattr(self, name)))
+
+    @classmethod
+    def from_dict(
+        cls, values: Mapping[str, Any], *, require_on_grid: bool = False
+    ) -> MLPHyperparameters:
+        """Build from a name -> value mapping, rejecting unknown or missing names.
+
+        Raises:
+            ValueError: an unknown or missing hyperparameter name, a value out of range,
+                or (with ``require_on_grid``) a value that is not a grid point.
+        """
+        unknown = sorted(set(values) - set(HPARAM_NAMES))
+        if unknown:
+            raise ValueError(
+                f"unknown hyperparameter(s) {unknown}; expected {list(HPARAM_NAMES)}"
+            )
+        missing = [name for name in HPARAM_NAMES if name not in values]
+        if missing:
+            raise ValueError(f"missing hyperparameter(s) {missing}")
+        hp = cls(**{name: values[name] for name in HPARAM_NAMES})
+        if require_on_grid:
+            hp.check_on_grid()
+        return hp
+
+    @classmethod
+    def from_vector(cls, x: torch.Tensor | np.ndarray | list[float]) -> MLPHyperparameters:
+        """Build from a length-6 vector in :data:`HPARAM_NAMES` order (a row of ``X``)."""
+        values = [float(v) for v in (x.tolist() if hasattr(x, "tolist") else x)]
+        if len(values) != len(HPARAM_NAMES):
+            raise ValueError(f"expected {len(HPARAM_NAMES)} values, got {len(values)}")
+        return cls(**dict(zip(HPARAM_NAMES, values)))
+
+    def to_dict(self) -> dict[str, float]:
+        return {name: getattr(self, name) for name in HPARAM_NAMES}
+
+    def to_vector(self) -> list[float]:
+        """The six values as floats in :data:`HPARAM_NAMES` order (the sampling scale)."""
+        return [float(getattr(self, name)) for name in HPARAM_NAMES]
+
+    def off_grid(self, grid: Mapping[str, tuple[float, ...]] = GRID) -> list[str]:
+        """Names of the hyperparameters whose value is not a point of ``grid``."""
+        return [
+            name
+            for name in HPARAM_NAMES
+            if not any(abs(getattr(self, name) - g) < 1e-9 for g in grid[name])
+        ]
+
+    @property
+    def on_grid(self) -> bool:
+        return not self.off_grid()
+
+    def check_on_grid(self, grid: Mapping[str, tuple[float, ...]] = GRID) -> None:
+        """Raise ``ValueError`` naming every hyperparameter that is off ``grid``."""
+        bad = self.off_grid(grid)
+        if bad:
+            detail = "; ".join(f"{n}={getattr(self, n)} not in {list(grid[n])}" for n in bad)
+            raise ValueError(f"hyperparameter value off the grid: {detail}")
+
+    @property
+    def learning_rate(self) -> float:
+        return math.exp(self.log_learning_rate)
+
+    @property
+    def l1(self) -> float:
+        return math.exp(self.log_l1)
+
+    @property
+    def l2(self) -> float:
+        return math.exp(self.log_l2)
+
+
+#: Called after each epoch with (epoch starting at 1, validation cross-entropy,
+#: validation error rate); returning True stops training after that epoch.
+EpochCallback = Callable[[int, float, float], "bool | None"]
+
+
+@dataclass
+class TrainResult:
+    """Per-epoch validation curves of one training run.
+
+    Attributes:
+        val_loss: mean validation cross-entropy (nats, no penalty terms) after each
+            completed epoch; length ``epochs_run``.
+        val_error: validation classification error rate (1 - accuracy) per epoch.
+        epochs_run: number of epochs completed.
+        stopped_early: True if the callback stopped the run before ``epochs``.
+        seconds: wall-clock training time.
+    """
+
+    val_loss: list[float] = field(default_factory=list)
+    val_error: list[float] = field(default_factory=list)
+    epochs_run: int = 0
+    stopped_early: bool = False
+    seconds: float = 0.0
+
+
+def batch_size_for(n_train: int, steps_per_epoch: float = STEPS_PER_EPOCH) -> int:
+    """Batch size giving about ``steps_per_epoch`` optimiser steps per epoch.
+
+    ``batch_size_for(50_000) == 4000`` (the authors' setting); the embedded 5k split
+    (4,167 training digits) gives 333.
+    """
+    return max(1, int(round(n_train / steps_per_epoch)))
+
+
+def build_mlp(hparams: MLPHyperparameters, n_features: int = 784, n_classes: int = 10) -> nn.Sequential:
+    """The network: ``n_hidden_layers`` x (Linear -> ReLU -> Dropout), then Linear to logits.
+
+    Weights are Glorot-uniform and biases zero, the initialisation of the authors' Keras
+    code. Uses the global torch RNG (call under a seed).
+    """
+    layers: list[nn.Module] = []
+    width_in = n_features
+    for _ in range(hparams.n_hidden_layers):
+        layers += [nn.Linear(width_in, hparams.n_neurons), nn.ReLU(), nn.Dropout(hparams.dropout)]
+        width_in = hparams.n_neurons
+    layers.append(nn.Linear(width_in, n_classes))
+    model = nn.Sequential(*layers)
+    for module in model:
+        if isinstance(module, nn.Linear):
+            nn.init.xavier_uniform_(module.weight)
+            nn.init.zeros_(module.bias)
+    return model
+
+
+def _penalised_weights(model: nn.Sequential) -> list[torch.Tensor]:
+    # As in the authors' code, the L1/L2 penalties act on hidden-layer weight matrices
+    # only: not on biases and not on the output layer.
+    linears = [m for m in model if isinstance(m, nn.Linear)]
+    return [m.weight for m in linears[:-1]]
+
+
+def train_mlp(
+    hparams: MLPHyperparameters,
+    data: MNISTData,
+    epochs: int = 21,
+    seed: int = 0,
+    callback: EpochCallback | None = None,
+    batch_size: int | None = None,
+) -> TrainResult:
+    """Train the MLP with Adam and report validation loss and error after every epoch.
+
+    Deterministic for a given ``seed`` (initialisation, batch order and dropout masks
+    all come from it) on a given machine and thread count; the global torch RNG state is
+    left as it was.
+
+    Args:
+        hparams: the six hyperparameters.
+        data: train/validation split from :func:`gpar_bo.problems.mnist.load_mnist`; inputs
+            ``(n, d)`` float32, labels ``(n,)`` int64.
+        epochs: maximum number of epochs (the paper's curves have 21 checkpoints).
+        seed: random seed of this run.
+        callback: called as ``callback(epoch, val_loss, val_error)`` after each epoch
+            (epochs count from 1); a truthy return value stops training.
+        batch_size: override the default :func:`batch_size_for` ``(data.n_train)``.
+
+    Returns:
+        A :class:`TrainResult` with one entry per completed epoch.
+    """
+    if epochs < 1:
+        raise ValueError(f"epochs must be at least 1, got {epochs}")
+    bs = batch_size_for(data.n_train) if batch_size is None else int(batch_size)
+    if bs < 1:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    result = TrainResult()
+    start = time.perf_counter()
+    # fork_rng: seed everything the run draws (init and dropout use the global RNG)
+    # without leaking into, or depending on, the caller's RNG state.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = build_mlp(hparams, data.n_features, data.n_classes)
+        optimiser = torch.optim.Adam(
+            model.parameters(), lr=hparams.learning_rate, betas=(0.9, 0.999), eps=1e-8
+        )
+        penalised = _penalised_weights(model)
+        l1, l2 = hparams.l1, hparams.l2
+        shuffle_gen = torch.Generator().manual_seed(seed)
+        x_train, y_train = data.x_train, data.y_train
+        n_train = data.n_train
+        for epoch in range(1, epochs + 1):
+            model.train()
+            order = torch.randperm(n_train, generator=shuffle_gen)
+            for begin in range(0, n_train, bs):
+                idx = order[begin : begin + bs]
+                logits = model(x_train[idx])
+                loss = nn.functional.cross_entropy(logits, y_train[idx])
+                penalty = sum(l1 * w.abs().sum() + l2 * w.pow(2).sum() for w in penalised)
+                optimiser.zero_grad(set_to_none=True)
+                (loss + penalty).backward()
+                optimiser.step()
+            model.eval()
+            with torch.inference_mode():
+                val_logits = model(data.x_val)
+                val_loss = float(nn.functional.cross_entropy(val_logits, data.y_val))
+                val_error = float((val_logits.argmax(dim=1) != data.y_val).double().mean())
+            result.val_loss.append(val_loss)
+            result.val_error.append(val_error)
+            result.epochs_run = epoch
+            if callback is not None and callback(epoch, val_loss, val_error):
+                result.stopped_early = epoch < epochs
+                break
+    result.seconds = time.perf_counter() - start
+    return result

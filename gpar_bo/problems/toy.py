@@ -1,0 +1,50 @@
+"""A toy tuning problem: fast synthetic learning curves on [0, 1]^2 (tests, demos)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ax.core.parameter import ParameterType, RangeParameter
+
+from gpar_bo.tuning.jobs import Report
+from gpar_bo.tuning.loop import TuningProblem
+
+__all__ = ["toy_problem", "train_toy_curves"]
+
+
+def toy_problem(epochs: int = 8, seconds_per_epoch: float = 0.0) -> TuningProblem:
+    """Synthetic learning curves on [0, 1]^2 (:func:`train_toy_curves`)."""
+    return TuningProblem(
+        name="toy_curves",
+        parameters=[RangeParameter(n, ParameterType.FLOAT, 0.0, 1.0) for n in ("x1", "x2")],
+        metric="error", epochs=epochs, train="gpar_bo.problems.toy:train_toy_curves",
+        train_kwargs={"epochs": epochs, "seconds_per_epoch": seconds_per_epoch},
+    )
+
+
+def train_toy_curves(
+    parameters: Mapping[str, float],
+    report: Report,
+    trial_index: int,
+    epochs: int = 16,
+    noise_std: float = 0.005,
+    seconds_per_epoch: float = 0.0,
+    metric_name: str = "error",
+) -> None:
+    """A fast synthetic training run: :func:`gpar_bo.synthetic.learning_curves`.
+
+    Parameters ``x1`` and ``x2`` in [0, 1]; reports ``metric_name`` at epochs
+    1..``epochs``, sleeping ``seconds_per_epoch`` per epoch to mimic training.
+    """
+    import time
+
+    import torch
+
+    from gpar_bo.synthetic import learning_curves
+
+    X = torch.tensor([[parameters["x1"], parameters["x2"]]], dtype=torch.double)
+    curve = learning_curves(X, range(1, epochs + 1), noise_std, seed=trial_index)[0]
+    for epoch, value in enumerate(curve.tolist(), start=1):
+        time.sleep(seconds_per_epoch)
+        if report(epoch, {metric_name: value}):
+            return

@@ -1,0 +1,168 @@
+"""The tuning loop: crash and resume, the report, the budget and the ``tune`` CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from ax.core.arm import Arm
+from ax.core.experiment import Experiment
+from ax.core.search_space import SearchSpace
+from ax.core.trial_status import TrialStatus
+
+from gpar_bo.problems.toy import toy_problem
+from gpar_bo.tuning.loop import EpochBudget, tune
+from gpar_bo.tuning.snapshot import load_snapshot
+from gpar_bo.cli import build_parser, main
+
+FAST = {
+    "fit_kwargs": {"optimizer_kwargs": {"options": {"maxiter": 50}}},
+    "acqf_optimizer_kwargs": {"num_restarts": 2, "raw_samples": 64, "options": {"maxiter": 30}},
+}
+EPOCHS = 6
+
+
+def _curves(experiment) -> dict[int, list[float]]:
+    df = experiment.lookup_data().full_df.sort_values("step")
+    return {int(t): g["mean"].tolist() for t, g in df.groupby("trial_index")}
+
+
+def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    script = tmp_path / "run.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, torch
+        from gpar_bo.problems.toy import toy_problem
+        from gpar_bo.tuning.loop import tune
+        if __name__ == "__main__":
+            torch.set_num_threads(1)
+            tune(toy_problem({EPOCHS}, 0.15), sys.argv[1], 1000, num_sobol_trials=4,
+                 poll_seconds=0.2, progress=False, **{FAST!r})
+    """))
+    # Its own session, so that killing it takes its workers down too (a crash).
+    process = subprocess.Popen([sys.executable, str(script), str(out)], start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            if not (out / "snapshot.json").exists():
+                continue
+            experiment, _ = load_snapshot(out / "snapshot.json")
+            statuses = [t.status for t in experiment.trials.values()]
+            if statuses.count(TrialStatus.COMPLETED) >= 2 and TrialStatus.RUNNING in statuses:
+                break
+        else:
+            pytest.fail("the tuning process did not get going")
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    before, _ = load_snapshot(out / "snapshot.json")
+    completed = {i for i, t in before.trials.items() if t.status == TrialStatus.COMPLETED}
+    running = {i for i, t in before.trials.items() if t.status == TrialStatus.RUNNING}
+    assert len(completed) >= 2 and running
+    curves_before = _curves(before)
+
+    for other in (toy_problem(EPOCHS + 1, 0.15), toy_problem(EPOCHS, 0.3)):  # epochs; job settings
+        with pytest.raises(ValueError, match="another tuning experiment"):
+            tune(other, out, 1000, progress=False)
+    # A high threshold makes early stopping near-certain on this problem.
+    report = tune(toy_problem(EPOCHS, 0.15), out, 1000, num_sobol_trials=4, poll_seconds=0.2,
+                  threshold=0.3, min_epochs=2, progress=False,
+                  max_trials=len(before.trials) + 3, **FAST)
+
+    after, strategy = load_snapshot(out / "snapshot.json")
+    curves_after = _curves(after)
+    for index in completed:
+        assert after.trials[index].status == TrialStatus.COMPLETED
+        assert curves_after[index] == curves_before[index]
+        assert len(curves_after[index]) == EPOCHS
+    for index in running:
+        assert after.trials[index].status in (TrialStatus.FAILED, TrialStatus.COMPLETED)
+    new = set(after.trials) - set(before.trials)
+    assert len(new) == 3
+    assert all(after.trials[i].status.is_terminal for i in new)
+    assert strategy.current_node_name == "GPAR"
+
+    # The report: every curve, the best completed one, stopped trials marked with bands.
+    saved = json.loads((out / "report.json").read_text())
+    assert saved == json.loads(json.dumps(report))
+    assert {t["index"] for t in report["trials"]} >= completed | new
+    best = report["best"]
+    assert len(best["values"]) == EPOCHS
+    assert best["final"] == min(t["values"][-1] for t in report["trials"]
+                                if len(t["steps"]) == EPOCHS)
+    for trial in report["trials"]:
+        assert trial["stopped"] == (trial["status"] == "EARLY_STOPPED")
+        if len(trial["steps"]) < EPOCHS:  # stopped (or failed) before the final epoch
+            band = trial["predicted_final"]
+            assert band["q05"] <= band["mean"] <= band["q95"]
+        else:
+            assert "predicted_final" not in trial
+    assert (out / "report.png").stat().st_size > 0
+
+
+def test_epoch_budget_counts_running_trials_in_full() -> None:
+    budget = EpochBudget(budget=20, metric="error", epochs=8)
+    experiment = Experiment(search_space=SearchSpace(toy_problem().parameters))
+    assert budget.committed(experiment) == 0
+    assert not budget._should_stop_optimization(experiment)[0]
+    for _ in range(2):
+        trial = experiment.new_trial()
+        trial.add_arm(Arm({"x1": 0.5, "x2": 0.5}))
+        trial.mark_running(no_runner_required=True)
+    assert budget.committed(experiment) == 16
+    assert budget._should_stop_optimization(experiment)[0]  # 16 + 8 > 20
+
+
+def test_a_relative_output_directory_is_stored_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A resume from another working directory must still find the progress files.
+    monkeypatch.chdir(tmp_path)
+    tune(toy_problem(3), "out", 6, num_sobol_trials=2, workers=1, poll_seconds=0.1,
+         progress=False)
+    experiment, _ = load_snapshot(tmp_path / "out" / "snapshot.json")
+    assert Path(experiment.runner.directory) == tmp_path.resolve() / "out" / "runs"
+    for trial in experiment.trials.values():
+        progress = Path(trial.run_metadata["progress_file"])
+        assert progress.is_absolute() and progress.exists()
+
+
+def test_tune_cli_parses_and_runs_a_small_mnist_job(tmp_path: Path, capsys) -> None:
+    args = build_parser().parse_args(["tune", "--budget", "7"])
+    assert args.budget == 7 and args.epochs == 10 and args.workers == 2
+    # Two Sobol trials, then one GPAR trial on the six MLP hyperparameters.
+    code = main(["tune", "--out", str(tmp_path), "--max-examples", "300", "--epochs", "2",
+                 "--budget", "6", "--sobol-trials", "2", "--workers", "2", "--no-progress"])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["best"] is not None and 0.0 <= summary["best"]["val_error"] <= 1.0
+    assert summary["trials"] == 3 and summary["epochs_trained"] <= 6
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["metric"] == "val_error"
+    assert set(report["best"]["parameters"]) == {
+        "n_hidden_layers", "n_neurons", "dropout", "log_learning_rate", "log_l1", "log_l2"}
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [(["--workers", "0"], "workers must be >= 1"),
+     (["--budget", "3"], "must cover one full trial"),
+     (["--min-epochs", "0"], "min_epochs must be in"),
+     (["--threshold", "1.5"], "threshold must be a probability")],
+)
+def test_tune_cli_rejects_settings_that_cannot_run(
+    flags: list[str], message: str, tmp_path: Path, capsys
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["tune", "--out", str(tmp_path), "--epochs", "4", *flags])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # nothing started
