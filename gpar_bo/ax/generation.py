@@ -347,15 +347,23 @@ class GPARCurveModel(Model):
             variance_transform=select_variance,
         )
 
-    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> Any:
-        """Load hyperparameters only: normalisations stay those of this model's data.
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any], strict: bool = True, keep_transforms: bool = False
+    ) -> Any:
+        """Load GPAR's hyperparameters; transforms stay those of this model's data.
 
-        Ax reloads a fitted model's state into a model built on other data (e.g.
-        cross-validation folds); the conditionals' input and outcome transforms
-        must keep describing the new data.
+        Ax reloads a fitted model's state into a model built on other data without
+        refitting (e.g. cross-validation folds), so by default the state's
+        data-derived entries are not loaded, and ``GPARModel.load_state_dict``
+        recomputes the inputs that depend on the hyperparameters (``denoise``,
+        ``impute``).
         """
-        hyperparameters = {k: v for k, v in state_dict.items() if "_transform." not in k}
-        return super().load_state_dict(hyperparameters, strict=False)
+        prefix = "gpar."
+        inner = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
+        if strict and len(inner) != len(state_dict):
+            unexpected = next(k for k in state_dict if not k.startswith(prefix))
+            raise RuntimeError(f"Unexpected key {unexpected!r} in GPARCurveModel's state.")
+        return self.gpar.load_state_dict(inner, strict=strict, keep_transforms=keep_transforms)
 
 
 @fit_botorch_model.register(GPARCurveModel)
