@@ -33,6 +33,7 @@ from torch import Tensor
 from gpar_bo.ax.curves import ExperimentCurves, experiment_curves, objective_metric
 from gpar_bo.data import MIN_OBSERVATIONS_PER_OUTPUT
 from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
+from gpar_bo.refit import RefitSchedule
 
 __all__ = ["GPAREarlyStoppingStrategy"]
 
@@ -88,8 +89,6 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
             raise ValueError(f"checkpoints must be >= 2 increasing steps; got {checkpoints}.")
         if not 0.0 < threshold < 1.0:
             raise ValueError(f"threshold must be in (0, 1); got {threshold}.")
-        if refit_growth < 0:
-            raise ValueError(f"refit_growth must be >= 0; got {refit_growth}.")
         self.metric_name = metric_name
         self.threshold = threshold
         self.num_samples = num_samples
@@ -98,12 +97,14 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
         self.seed = seed
         self.refit_growth = refit_growth
         self._cache: tuple[tuple, GPARModel] | None = None
-        # Curves at the last hyperparameter fit, and the fitted hyperparameters.
-        self._fitted: tuple[int, dict[str, Tensor]] | None = None
+        self._refit = RefitSchedule(self._fit, refit_growth)
 
     def _is_harmful(self, trial_indices: set[int], experiment: Experiment) -> bool:
         # The probability threshold is the safety margin; no extra gate.
         return False
+
+    def _fit(self, model: GPARModel) -> None:
+        fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model), **self.fit_kwargs)
 
     def _finished_model(self, finished: ExperimentCurves) -> GPARModel:
         """GPAR on the finished curves, rebuilt only when they change (see
@@ -113,13 +114,7 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
             return self._cache[1]
         model = GPARModel(finished.X, finished.Y, output_names=self.checkpoints,
                           **self.gpar_options)
-        n = len(finished.trial_indices)
-        if self._fitted is None or n > (1 + self.refit_growth) * self._fitted[0]:
-            fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model), **self.fit_kwargs)
-            self._fitted = (n, model.hyperparameters())
-        else:
-            model.load_state_dict(self._fitted[1], strict=False)
-            model.eval()
+        self._refit.fit_or_reload(model, len(finished.trial_indices))
         self._cache = (key, model)
         return model
 

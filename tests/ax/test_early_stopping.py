@@ -141,7 +141,7 @@ def test_refit_growth_reuses_hyperparameters_until_the_curves_grow(
     strategy.probabilities_of_beating_incumbent(client._experiment)
     model = strategy._cache[1]
     assert fits == [5] and model.conditionals[0].train_inputs[0].shape[0] == 6
-    torch.testing.assert_close(model.hyperparameters(), strategy._fitted[1])
+    torch.testing.assert_close(model.hyperparameters(), strategy._refit.hyperparameters)
     # Two more (8 > 7.5): refitted.
     for seed in (6, 7):
         client.complete_trial(add_trial(client, FINISHED[seed], len(EPOCHS), seed))
