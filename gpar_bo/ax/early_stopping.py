@@ -15,6 +15,9 @@ Supported paths: ``Client.set_early_stopping_strategy`` then
 ``mark_trial_early_stopped``), or ``OrchestratorOptions(early_stopping_strategy=...)``
 with a runner that implements ``stop``. ``Client.run_trials`` builds its own
 ``Orchestrator`` without the early-stopping strategy, so it never stops trials.
+
+Ax's ``Client`` does not save its early-stopping strategy; ``GPARClient``
+(:mod:`gpar_bo.ax.client`) stores it with the experiment, by its ``settings``.
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
         if not 0.0 < threshold < 1.0:
             raise ValueError(f"threshold must be in (0, 1); got {threshold}.")
         self.metric_name = metric_name
+        self.min_completed_trials = min_completed_trials
         self.threshold = threshold
         self.num_samples = num_samples
         self.gpar_options = dict(gpar_options or {})
@@ -95,6 +99,23 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
         self.refit_growth = refit_growth
         self._cache: tuple[tuple, GPARModel] | None = None
         self._refit = RefitSchedule(self._fit, refit_growth)
+
+    def settings(self) -> dict[str, Any]:
+        """The constructor's arguments: ``type(self)(**self.settings())`` is this
+        strategy before it saw any data (for storage)."""
+        return {
+            "checkpoints": self.checkpoints.tolist(),
+            "metric_name": self.metric_name,
+            "threshold": self.threshold,
+            "min_progression": self.min_progression,
+            "max_progression": self.max_progression,
+            "min_completed_trials": self.min_completed_trials,
+            "num_samples": self.num_samples,
+            "gpar_options": self.gpar_options,
+            "fit_kwargs": self.fit_kwargs,
+            "seed": self.seed,
+            "refit_growth": self.refit_growth,
+        }
 
     def _is_harmful(self, trial_indices: set[int], experiment: Experiment) -> bool:
         # The probability threshold is the safety margin; no extra gate.

@@ -18,7 +18,7 @@ output it has never observed, so before that the factory keeps generating Sobol
 points (see ``gpar_generation_strategy``).
 
 Importing this module registers ``GPARCurveModel`` with Ax's fitting dispatcher
-and with Ax's JSON/SQL storage registries.
+(:mod:`gpar_bo.ax.storage` registers it for storage).
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ from ax.generation_strategy.generator_spec import GeneratorSpec
 from ax.generation_strategy.transition_criterion import MinTrials
 from ax.generators.torch.botorch_modular.surrogate import SurrogateSpec
 from ax.generators.torch.botorch_modular.utils import ModelConfig, fit_botorch_model
-from ax.storage.botorch_modular_registry import register_model
 from botorch.acquisition import AcquisitionFunction
 from botorch.acquisition.objective import (
     PosteriorTransform,
@@ -320,10 +319,6 @@ def _fit_gpar_curve_model(
     fit_gpytorch_mll(
         GPARMarginalLogLikelihood(model.gpar.likelihood, model.gpar), **(mll_options or {})
     )
-
-
-# JSON and SQL storage encode the model class of a ModelConfig by registered name.
-register_model(GPARCurveModel)
 
 
 def gpar_generation_strategy(
