@@ -1,10 +1,9 @@
 """Ax Client loop with GPAR generation and GPAR early stopping on toy curves."""
 
 import torch
-from ax.api.client import Client
 from ax.api.configs import RangeParameterConfig
 
-from gpar_bo.ax import GPAREarlyStoppingStrategy, gpar_generation_strategy
+from gpar_bo.ax import GPARClient, GPAREarlyStoppingStrategy, gpar_generation_strategy
 from gpar_bo.synthetic import learning_curves  # toy validation-error curves
 
 EPOCHS = [1, 2, 4, 8, 16]  # the progressions at which the metric is reported
@@ -13,7 +12,7 @@ EFFORT = {"fit_kwargs": {"optimizer_kwargs": {"options": {"maxiter": 75}}},
           "acqf_optimizer_kwargs": {"num_restarts": 4, "raw_samples": 256}}
 torch.set_num_threads(1)
 
-client = Client(random_seed=0)
+client = GPARClient(random_seed=0)  # Ax's Client; also saves its early-stopping strategy
 client.configure_experiment(parameters=[
     RangeParameterConfig(name="x1", bounds=(0.0, 1.0), parameter_type="float"),
     RangeParameterConfig(name="x2", bounds=(0.0, 1.0), parameter_type="float"),
@@ -40,4 +39,4 @@ for _ in range(4):
 
 best_parameters, prediction, best_index, _ = client.get_best_parameterization()
 print("best trial", best_index, best_parameters, prediction)
-client.save_to_json_file("gpar_client.json")  # reload: Client.load_from_json_file(...)
+client.save_to_json_file("gpar_client.json")  # reload: GPARClient.load_from_json_file(...)

@@ -586,8 +586,16 @@ class GPARModel(Model):
         """
         return {k: v for k, v in self.state_dict().items() if not _derived_from_data(k)}
 
-    def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> Any:
-        """Load hyperparameters, then recompute imputed/denoised inputs."""
+    def load_state_dict(
+        self, state_dict: dict[str, Any], strict: bool = True, keep_transforms: bool = True
+    ) -> Any:
+        """Load hyperparameters, then recompute imputed/denoised inputs.
+
+        ``keep_transforms=False``: the state's data-derived entries are not loaded.
+        """
+        if not keep_transforms:
+            state_dict = {k: v for k, v in state_dict.items() if not _derived_from_data(k)}
+            strict = False
         result = super().load_state_dict(state_dict, strict=strict)
         self.fed_Y = self.modelled_Y.clone()
         for m, gp in enumerate(self.conditionals):

@@ -48,6 +48,7 @@ from torch import Tensor
 
 from benchmarks.bo.harness import TabularProblem
 from gpar_bo import GPARMarginalLogLikelihood, GPARModel
+from gpar_bo.refit import RefitSchedule
 
 __all__ = [
     "SURROGATES",
@@ -86,13 +87,9 @@ class Surrogate(ABC):
     min_completed: int = 1
 
     def __init__(self, checkpoints: Sequence[int], refit_growth: float = 0.2) -> None:
-        if refit_growth < 0:
-            raise ValueError(f"refit_growth must be >= 0; got {refit_growth}.")
         self.checkpoints = tuple(checkpoints)
-        self.refit_growth = refit_growth
         self.model: Model | None = None
-        self._hyperparameters: dict[str, Tensor] | None = None
-        self._fitted_runs = 0
+        self._refit = RefitSchedule(self._seeded_fit, refit_growth)
 
     # ------------------------------------------------------------------ data
     def _check(self, X: Tensor, Y: Tensor) -> None:
@@ -125,25 +122,14 @@ class Surrogate(ABC):
             )
         self.train_X, self.train_Y = X, Y
         model = self._build(X, Y.log())
-        n = X.shape[0]
-        if self._hyperparameters is None or n > (1 + self.refit_growth) * self._fitted_runs:
-            # Fit retries draw from the global RNG; a fixed seed keeps runs reproducible.
-            with torch.random.fork_rng():
-                torch.manual_seed(0)
-                self._fit(model)
-            self._fitted_runs = n
-            # Without the data-derived transforms, which a rebuilt model recomputes.
-            self._hyperparameters = {
-                k: v.clone() for k, v in model.state_dict().items() if "_transform." not in k
-            }
-        else:
-            self._load(model)
-        model.eval()
+        self._refit.fit_or_reload(model, X.shape[0])
         self.model = model
 
-    def _load(self, model: Model) -> None:
-        """Load the fitted hyperparameters, keeping ``model``'s own transforms."""
-        model.load_state_dict(self._hyperparameters, strict=False, keep_transforms=False)
+    def _seeded_fit(self, model: Model) -> None:
+        # Fit retries draw from the global RNG; a fixed seed keeps runs reproducible.
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            self._fit(model)
 
     def _fit(self, model: Model) -> None:
         fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
@@ -178,8 +164,7 @@ class Surrogate(ABC):
                 torch.cat([self.train_X, X_test[has_data]]),
                 torch.cat([self.train_Y, Y_prefix[has_data]]).log(),
             )
-            self._load(model)
-            model.eval()
+            self._refit.reload(model)
         with torch.no_grad():
             mean, variance = self._final_moments(model, X_test)
         return mean, variance
@@ -331,10 +316,6 @@ class GPAR(Surrogate):
 
     def _fit(self, model: Model) -> None:
         fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model))
-
-    def _load(self, model: Model) -> None:
-        # GPARModel.load_state_dict also recomputes the denoised inputs.
-        model.load_state_dict(self._hyperparameters, strict=False)
 
     def _final_moments(self, model: Model, X: Tensor) -> tuple[Tensor, Tensor]:
         posterior = model.posterior(

@@ -1,8 +1,11 @@
-"""An Ax experiment's learning curves in GPAR's layout (raw steps, unit-cube inputs).
+"""Learning curves in GPAR's layout: a runs x checkpoints table.
 
-Early stopping and the tuning report need the curves of named trials, with the
-experiment's own step values (epochs), rather than Ax's model-space rows. This
-module reads them straight from ``experiment.lookup_data()``.
+``curve_table`` pivots reports (run, checkpoint, value) into that table; the
+generation node uses it on Ax's training rows, ``experiment_curves`` on an
+experiment's data. Early stopping and the tuning report need the curves of named
+trials, with the experiment's own step values (epochs), rather than Ax's
+model-space rows: ``experiment_curves`` reads them from ``experiment.lookup_data()``
+(once per poll; pass the result on rather than rebuilding it).
 """
 
 from __future__ import annotations
@@ -11,15 +14,19 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
-from ax.core.data import MAP_KEY
+from ax.core.data import MAP_KEY, Data
 from ax.core.experiment import Experiment
 from ax.core.parameter import ChoiceParameter, RangeParameter
 from ax.core.trial_status import TrialStatus
 from torch import Tensor
 
+from gpar_bo.ax.checkpoints import Checkpoints
+
 __all__ = [
     "ExperimentCurves",
+    "curve_table",
     "curves_with_gaps",
     "experiment_curves",
     "objective_metric",
@@ -27,15 +34,13 @@ __all__ = [
     "unit_cube",
 ]
 
-#: Relative tolerance for matching a reported step to a declared checkpoint.
-STEP_RTOL = 1e-9
-
 
 @dataclass
 class ExperimentCurves:
     """Learning curves of the trials that reported the metric.
 
     Attributes:
+        metric_name: The metric the curves are of.
         trial_indices: The n trials, in increasing index order.
         statuses: Their statuses.
         X: An ``n x d`` tensor of their parameters, mapped to the unit cube.
@@ -45,12 +50,13 @@ class ExperimentCurves:
         checkpoints: The M checkpoints.
     """
 
+    metric_name: str
     trial_indices: list[int]
     statuses: list[TrialStatus]
     X: Tensor
     Y: Tensor
     parameter_names: list[str]
-    checkpoints: list[float]
+    checkpoints: Checkpoints
 
     @property
     def lengths(self) -> Tensor:
@@ -61,9 +67,30 @@ class ExperimentCurves:
         """The curves of the trials where the ``n`` bool ``mask`` is True."""
         keep = mask.nonzero().squeeze(-1).tolist()
         return ExperimentCurves(
-            [self.trial_indices[i] for i in keep], [self.statuses[i] for i in keep],
+            self.metric_name, [self.trial_indices[i] for i in keep],
+            [self.statuses[i] for i in keep],
             self.X[mask], self.Y[mask], self.parameter_names, self.checkpoints,
         )
+
+
+def curve_table(run: Tensor, index: Tensor, values: Tensor, num_runs: int, M: int) -> Tensor:
+    """The ``num_runs x M`` table of reports, NaN where a run did not report.
+
+    Args:
+        run: An ``r`` long tensor: the run of each report.
+        index: An ``r`` long tensor: the checkpoint index of each report.
+        values: An ``r`` tensor: the reported values.
+        num_runs: The number of runs.
+        M: The number of checkpoints.
+
+    Several reports of one checkpoint by one run (e.g. one configuration run in
+    several trials) are averaged.
+    """
+    sums = values.new_zeros(num_runs, M)
+    counts = torch.zeros_like(sums)
+    sums.index_put_((run, index), values, accumulate=True)
+    counts.index_put_((run, index), torch.ones_like(values), accumulate=True)
+    return torch.where(counts > 0, sums / counts.clamp_min(1), float("nan"))
 
 
 def curves_with_gaps(Y: Tensor) -> list[int]:
@@ -117,63 +144,64 @@ def unit_cube(experiment: Experiment, parameters: dict) -> list[float]:
 
 
 def experiment_curves(
-    experiment: Experiment, metric_name: str, checkpoints: Sequence[float]
+    experiment: Experiment,
+    metric_name: str,
+    checkpoints: Checkpoints,
+    data: Data | None = None,
 ) -> ExperimentCurves:
     """The curves of every trial with data for ``metric_name``.
 
     Args:
         experiment: The Ax experiment.
         metric_name: The learning-curve metric.
-        checkpoints: The M increasing steps at which the metric is reported.
+        checkpoints: The steps at which the metric is reported.
+        data: ``experiment.lookup_data()``, if already looked up.
 
     Raises:
         ValueError: The metric's data has no progression (``step``) values, a
             reported step is not one of ``checkpoints``, or a trial reported a
             checkpoint after skipping an earlier one.
     """
-    checkpoints = [float(c) for c in checkpoints]
-    data = experiment.lookup_data()
+    data = experiment.lookup_data() if data is None else data
     df = data.full_df
     df = df[df["metric_name"] == metric_name].dropna(subset=["mean"])
     names = list(experiment.search_space.parameters)
     if df.empty:
         empty = torch.zeros(0, len(names), dtype=torch.double)
-        return ExperimentCurves([], [], empty, empty.new_zeros(0, len(checkpoints)),
-                                names, checkpoints)
+        return ExperimentCurves(metric_name, [], [], empty,
+                                empty.new_zeros(0, len(checkpoints)), names, checkpoints)
     if not data.has_step_column or df[MAP_KEY].isna().all():
         raise ValueError(
             f"Metric {metric_name!r} has no progression data: GPAR needs learning curves "
             f"(data with a {MAP_KEY!r} value, e.g. `attach_data(..., progression=epoch)`)."
         )
     df = df.dropna(subset=[MAP_KEY])
-    grid = torch.tensor(checkpoints, dtype=torch.double)
-    trials = sorted(int(t) for t in df["trial_index"].unique())
-    Y = torch.full((len(trials), len(checkpoints)), float("nan"), dtype=torch.double)
-    for row, (trial_index, group) in enumerate(df.groupby("trial_index", sort=True)):
-        steps = torch.tensor(group[MAP_KEY].to_numpy(dtype=float), dtype=torch.double)
-        distance = (steps.unsqueeze(-1) - grid).abs()
-        best, index = distance.min(-1)
-        bad = best > STEP_RTOL * grid.abs().max().clamp_min(1.0)
-        if bad.any():
-            raise ValueError(
-                f"Trial {trial_index} reported {metric_name!r} at steps "
-                f"{sorted(set(steps[bad].tolist()))[:10]}, which are not checkpoints "
-                f"{checkpoints}. Declare every step at which the metric reports."
-            )
-        # Repeated reports of one step (re-fetches): the latest row wins.
-        Y[row, index] = torch.tensor(group["mean"].to_numpy(dtype=float), dtype=torch.double)
+    steps = torch.tensor(df[MAP_KEY].to_numpy(dtype=float), dtype=torch.double)
+    index, ok = checkpoints.match(steps)
+    row_trials = df["trial_index"].to_numpy(dtype=int)
+    if not ok.all():
+        bad = ~ok.numpy()
+        raise ValueError(
+            f"Trials {sorted(set(row_trials[bad].tolist()))[:10]} reported {metric_name!r} at "
+            f"steps {sorted(set(steps[~ok].tolist()))[:10]}, which are not checkpoints "
+            f"{checkpoints.tolist()}. Declare every step at which the metric reports."
+        )
+    trials = sorted(set(row_trials.tolist()))
+    run = torch.as_tensor(np.searchsorted(trials, row_trials))
+    values = torch.tensor(df["mean"].to_numpy(dtype=float), dtype=torch.double)
+    Y = curve_table(run, index, values, len(trials), len(checkpoints))
     gaps = curves_with_gaps(Y)
     if gaps:
         example = trials[gaps[0]]
         raise ValueError(
             f"Trials {[trials[i] for i in gaps][:10]} reported {metric_name!r} after skipping "
             f"a checkpoint (trial {example} at {observed_checkpoints(Y[gaps[0]], checkpoints)} "
-            f"of {checkpoints}). GPAR needs every checkpoint up to a trial's last; report "
-            "the metric at each one."
+            f"of {checkpoints.tolist()}). GPAR needs every checkpoint up to a trial's last; "
+            "report the metric at each one."
         )
     X = torch.tensor(
         [unit_cube(experiment, experiment.trials[t].arm.parameters) for t in trials],
         dtype=torch.double,
     ).reshape(len(trials), len(names))
     statuses = [experiment.trials[t].status for t in trials]
-    return ExperimentCurves(trials, statuses, X, Y, names, checkpoints)
+    return ExperimentCurves(metric_name, trials, statuses, X, Y, names, checkpoints)

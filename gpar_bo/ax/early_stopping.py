@@ -15,6 +15,9 @@ Supported paths: ``Client.set_early_stopping_strategy`` then
 ``mark_trial_early_stopped``), or ``OrchestratorOptions(early_stopping_strategy=...)``
 with a runner that implements ``stop``. ``Client.run_trials`` builds its own
 ``Orchestrator`` without the early-stopping strategy, so it never stops trials.
+
+Ax's ``Client`` does not save its early-stopping strategy; ``GPARClient``
+(:mod:`gpar_bo.ax.client`) stores it with the experiment, by its ``settings``.
 """
 
 from __future__ import annotations
@@ -30,9 +33,11 @@ from ax.generation_strategy.generation_node import GenerationNode
 from botorch.fit import fit_gpytorch_mll
 from torch import Tensor
 
+from gpar_bo.ax.checkpoints import Checkpoints
 from gpar_bo.ax.curves import ExperimentCurves, experiment_curves, objective_metric
 from gpar_bo.data import MIN_OBSERVATIONS_PER_OUTPUT
 from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
+from gpar_bo.refit import RefitSchedule
 
 __all__ = ["GPAREarlyStoppingStrategy"]
 
@@ -41,8 +46,8 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
     r"""Stop a trial when GPAR gives it little chance to beat the incumbent.
 
     Args:
-        checkpoints: The M increasing steps (progressions) at which the objective
-            is reported; the last is the final checkpoint.
+        checkpoints: The steps (progressions) at which the objective is reported;
+            the last is the final checkpoint.
         metric_name: The objective metric; if given, a mismatch with the
             experiment's objective is an error.
         threshold: Stop when ``P(final value beats the incumbent) < threshold``.
@@ -63,7 +68,7 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
 
     def __init__(
         self,
-        checkpoints: Sequence[float],
+        checkpoints: Checkpoints | Sequence[float],
         metric_name: str | None = None,
         threshold: float = 0.05,
         min_progression: float | None = None,
@@ -81,16 +86,11 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
             max_progression=max_progression,
             min_curves=max(min_completed_trials, MIN_OBSERVATIONS_PER_OUTPUT),
         )
-        self.checkpoints = [float(c) for c in checkpoints]
-        if len(self.checkpoints) < 2 or any(
-            b <= a for a, b in zip(self.checkpoints, self.checkpoints[1:])
-        ):
-            raise ValueError(f"checkpoints must be >= 2 increasing steps; got {checkpoints}.")
+        self.checkpoints = Checkpoints(checkpoints)
         if not 0.0 < threshold < 1.0:
             raise ValueError(f"threshold must be in (0, 1); got {threshold}.")
-        if refit_growth < 0:
-            raise ValueError(f"refit_growth must be >= 0; got {refit_growth}.")
         self.metric_name = metric_name
+        self.min_completed_trials = min_completed_trials
         self.threshold = threshold
         self.num_samples = num_samples
         self.gpar_options = dict(gpar_options or {})
@@ -98,12 +98,31 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
         self.seed = seed
         self.refit_growth = refit_growth
         self._cache: tuple[tuple, GPARModel] | None = None
-        # Curves at the last hyperparameter fit, and the fitted hyperparameters.
-        self._fitted: tuple[int, dict[str, Tensor]] | None = None
+        self._refit = RefitSchedule(self._fit, refit_growth)
+
+    def settings(self) -> dict[str, Any]:
+        """The constructor's arguments: ``type(self)(**self.settings())`` is this
+        strategy before it saw any data (for storage)."""
+        return {
+            "checkpoints": self.checkpoints.tolist(),
+            "metric_name": self.metric_name,
+            "threshold": self.threshold,
+            "min_progression": self.min_progression,
+            "max_progression": self.max_progression,
+            "min_completed_trials": self.min_completed_trials,
+            "num_samples": self.num_samples,
+            "gpar_options": self.gpar_options,
+            "fit_kwargs": self.fit_kwargs,
+            "seed": self.seed,
+            "refit_growth": self.refit_growth,
+        }
 
     def _is_harmful(self, trial_indices: set[int], experiment: Experiment) -> bool:
         # The probability threshold is the safety margin; no extra gate.
         return False
+
+    def _fit(self, model: GPARModel) -> None:
+        fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model), **self.fit_kwargs)
 
     def _finished_model(self, finished: ExperimentCurves) -> GPARModel:
         """GPAR on the finished curves, rebuilt only when they change (see
@@ -111,20 +130,17 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
         key = (tuple(finished.trial_indices), finished.Y.nan_to_num(-1e300).numpy().tobytes())
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1]
-        model = GPARModel(finished.X, finished.Y, output_names=self.checkpoints,
+        model = GPARModel(finished.X, finished.Y, output_names=self.checkpoints.tolist(),
                           **self.gpar_options)
-        n = len(finished.trial_indices)
-        if self._fitted is None or n > (1 + self.refit_growth) * self._fitted[0]:
-            fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model), **self.fit_kwargs)
-            self._fitted = (n, model.hyperparameters())
-        else:
-            model.load_state_dict(self._fitted[1], strict=False)
-            model.eval()
+        self._refit.fit_or_reload(model, len(finished.trial_indices))
         self._cache = (key, model)
         return model
 
     def final_value_samples(
-        self, experiment: Experiment, trial_indices: Sequence[int] | None = None
+        self,
+        experiment: Experiment,
+        trial_indices: Sequence[int] | None = None,
+        curves: ExperimentCurves | None = None,
     ) -> tuple[dict[int, Tensor], float | None]:
         r"""GPAR samples of the final value of unfinished trials, and the incumbent.
 
@@ -137,6 +153,8 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
             trial_indices: Trials to sample (default: every trial with data that
                 has not reached the final checkpoint); trials without data or
                 that reached the final checkpoint are skipped.
+            curves: The experiment's curves of the objective at this strategy's
+                checkpoints, if already built (``experiment_curves``).
 
         Returns:
             A mapping from trial index to a ``num_samples`` tensor of final values
@@ -146,10 +164,17 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
 
         Raises:
             ValueError: The objective is not ``metric_name``, the data has no
-                progression, or reported steps are not the checkpoints.
+                progression, reported steps are not the checkpoints, or ``curves``
+                are of another metric or other checkpoints.
         """
         name, minimize = objective_metric(experiment, self.metric_name)
-        curves = experiment_curves(experiment, name, self.checkpoints)
+        if curves is None:
+            curves = experiment_curves(experiment, name, self.checkpoints)
+        elif (curves.metric_name, curves.checkpoints) != (name, self.checkpoints):
+            raise ValueError(
+                f"The curves are of {curves.metric_name!r} at {curves.checkpoints.tolist()}; "
+                f"this strategy models {name!r} at {self.checkpoints.tolist()}."
+            )
         curves = curves.select(curves.lengths > 0)
         reached = curves.lengths == len(self.checkpoints)
         running = torch.tensor(
@@ -172,7 +197,7 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
         candidates = curves.select(wanted)
         posterior = model.posterior(
             candidates.X.unsqueeze(-2),
-            output_indices=[model.output_index(self.checkpoints[-1])],
+            output_indices=[len(self.checkpoints) - 1],
             observation_noise=True,
         )
         with torch.random.fork_rng():
@@ -181,7 +206,10 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
         return dict(zip(candidates.trial_indices, samples.T.detach())), incumbent
 
     def probabilities_of_beating_incumbent(
-        self, experiment: Experiment, trial_indices: Sequence[int] | None = None
+        self,
+        experiment: Experiment,
+        trial_indices: Sequence[int] | None = None,
+        curves: ExperimentCurves | None = None,
     ) -> dict[int, float]:
         r"""``P(final value beats the incumbent)`` of running trials under GPAR.
 
@@ -189,6 +217,8 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
             experiment: The experiment.
             trial_indices: Trials to evaluate (default: all running trials with
                 data); trials that are not running are skipped.
+            curves: The experiment's curves, if already built (see
+                ``final_value_samples``).
 
         Returns:
             A mapping from trial index to probability; empty while fewer than
@@ -196,7 +226,7 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
         """
         running = {t.index for t in experiment.trials_by_status[TrialStatus.RUNNING]}
         asked = running if trial_indices is None else running & set(trial_indices)
-        samples, incumbent = self.final_value_samples(experiment, sorted(asked))
+        samples, incumbent = self.final_value_samples(experiment, sorted(asked), curves)
         _, minimize = objective_metric(experiment, self.metric_name)
         return {
             index: float((s < incumbent if minimize else s > incumbent).double().mean())
@@ -211,9 +241,12 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
     ) -> dict[int, str | None]:
         """Trials to stop, each with the reason (probability vs threshold)."""
         name, _ = objective_metric(experiment, self.metric_name)
-        if not experiment_curves(experiment, name, self.checkpoints).trial_indices:
-            return {}  # No data yet (this also validated steps and progression).
-        df = experiment.lookup_data().full_df
+        data = experiment.lookup_data()
+        # Built once per poll (this also validates steps and progression).
+        curves = experiment_curves(experiment, name, self.checkpoints, data)
+        if not curves.trial_indices:
+            return {}
+        df = data.full_df
         df = df[df["metric_name"] == name]
         eligible = []
         for index in sorted(trial_indices):
@@ -222,7 +255,7 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
                 eligible.append(index)
         if not eligible:
             return {}
-        probabilities = self.probabilities_of_beating_incumbent(experiment, eligible)
+        probabilities = self.probabilities_of_beating_incumbent(experiment, eligible, curves)
         return {
             index: (
                 f"GPAR's probability that the final {name} beats the incumbent is "

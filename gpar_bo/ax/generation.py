@@ -18,7 +18,7 @@ output it has never observed, so before that the factory keeps generating Sobol
 points (see ``gpar_generation_strategy``).
 
 Importing this module registers ``GPARCurveModel`` with Ax's fitting dispatcher
-and with Ax's JSON/SQL storage registries.
+(:mod:`gpar_bo.ax.storage` registers it for storage).
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ from ax.generation_strategy.generator_spec import GeneratorSpec
 from ax.generation_strategy.transition_criterion import MinTrials
 from ax.generators.torch.botorch_modular.surrogate import SurrogateSpec
 from ax.generators.torch.botorch_modular.utils import ModelConfig, fit_botorch_model
-from ax.storage.botorch_modular_registry import register_model
 from botorch.acquisition import AcquisitionFunction
 from botorch.acquisition.objective import (
     PosteriorTransform,
@@ -52,76 +51,19 @@ from botorch.posteriors.transformed import TransformedPosterior
 from botorch.utils.datasets import SupervisedDataset
 from torch import Tensor
 
-from gpar_bo.ax.curves import curves_with_gaps, observed_checkpoints
+from gpar_bo.ax.checkpoints import Checkpoints
+from gpar_bo.ax.curves import curve_table, curves_with_gaps, observed_checkpoints
 from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
 
 __all__ = [
     "GPARCurveModel",
     "GPAR_NODE_NAME",
     "SOBOL_NODE_NAME",
-    "checkpoint_indices",
     "gpar_generation_strategy",
 ]
 
 SOBOL_NODE_NAME = "Sobol"
 GPAR_NODE_NAME = "GPAR"
-
-#: How far (in Ax's [0, 1] step units) a step may lie from a checkpoint and still
-#: be read as that checkpoint: Ax's rescaling is exact up to float rounding.
-STEP_TOLERANCE = 1e-6
-
-
-def _rescaled_checkpoints(checkpoints: Sequence[float], reached: int) -> Tensor:
-    """Ax's rescaling of the first ``reached`` checkpoints: ``(c - c_0) / (c_last - c_0)``."""
-    c = torch.as_tensor(list(checkpoints[:reached]), dtype=torch.double)
-    return (c - c[0]) / (c[-1] - c[0])
-
-
-def _match(steps: Tensor, grid: Tensor) -> tuple[Tensor, Tensor]:
-    """Nearest grid index of every step, and whether it is within tolerance."""
-    distance = (steps.reshape(-1, 1).double() - grid.to(steps.device)).abs()
-    best, index = distance.min(-1)
-    return index.reshape(steps.shape), (best <= STEP_TOLERANCE).reshape(steps.shape)
-
-
-def checkpoint_indices(steps: Tensor, checkpoints: Sequence[float]) -> Tensor:
-    r"""Map Ax's rescaled training steps back to checkpoint indices.
-
-    Ax rescales the steps of a metric to [0, 1] with the smallest and largest
-    step in the data. Runs report a prefix of the checkpoints, so the smallest
-    step is ``checkpoints[0]``; GPAR needs runs at the final checkpoint, so the
-    largest is ``checkpoints[-1]``, and every step must then be one of
-    ``(c_j - c_0) / (c_{M-1} - c_0)``.
-
-    Args:
-        steps: A tensor of rescaled steps (any shape) from Ax's training data.
-        checkpoints: The M increasing steps at which the metric is reported.
-
-    Returns:
-        A long tensor of the same shape with indices in ``0..M-1``.
-
-    Raises:
-        ValueError: No run reached the final checkpoint (the steps fit a prefix
-            of the checkpoints), or the steps do not match the checkpoints.
-    """
-    index, ok = _match(steps, _rescaled_checkpoints(checkpoints, len(checkpoints)))
-    if ok.all():
-        return index
-    # Diagnose: do the steps fit a shorter prefix of the checkpoints?
-    for reached in range(len(checkpoints) - 1, 1, -1):
-        if _match(steps, _rescaled_checkpoints(checkpoints, reached))[1].all():
-            raise ValueError(
-                f"The learning curves reach checkpoint {checkpoints[reached - 1]!r} at "
-                f"most, not the final checkpoint {checkpoints[-1]!r}. GPAR targets the "
-                "final checkpoint and needs at least two runs that reached it."
-            )
-    bad = sorted({round(float(s), 6) for s in steps[~ok].reshape(-1).tolist()})[:10]
-    raise ValueError(
-        f"The reported steps do not match the checkpoints {list(checkpoints)}: after "
-        f"Ax's rescaling to [0, 1], steps {bad} are not checkpoints. Declare every "
-        "step at which the metric reports, in increasing order."
-    )
-
 
 class _SelectedOutputPosterior(TransformedPosterior):
     """One output per point, picked from a multi-output GPAR posterior."""
@@ -153,8 +95,8 @@ class GPARCurveModel(Model):
         train_X: An ``n x (d + 1)`` tensor of Ax's training rows: the parameters
             and, at column ``step_index``, the step rescaled to [0, 1].
         train_Y: An ``n x 1`` tensor of the metric at those rows.
-        checkpoints: The M increasing steps (e.g. epochs) at which the metric is
-            reported; GPAR's outputs, in order.
+        checkpoints: The M steps (e.g. epochs) at which the metric is reported;
+            GPAR's outputs, in order.
         step_index: The column of ``train_X`` holding the step.
         gpar_options: Keyword arguments for ``GPARModel`` (e.g. ``kernel``,
             ``markov``, ``denoise``).
@@ -167,43 +109,38 @@ class GPARCurveModel(Model):
         self,
         train_X: Tensor,
         train_Y: Tensor,
-        checkpoints: Sequence[float],
+        checkpoints: Checkpoints | Sequence[float],
         step_index: int,
         gpar_options: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if train_Y.dim() != 2 or train_Y.shape[-1] != 1:
             raise ValueError(f"train_Y must be `n x 1`; got {tuple(train_Y.shape)}.")
-        checkpoints = [float(c) for c in checkpoints]
-        if len(checkpoints) < 2 or any(b <= a for a, b in zip(checkpoints, checkpoints[1:])):
-            raise ValueError(f"checkpoints must be >= 2 increasing steps; got {checkpoints}.")
-        self.checkpoints = checkpoints
+        self.checkpoints = checkpoints = Checkpoints(checkpoints)
         self.step_index = step_index % train_X.shape[-1]
         self.gpar_options = dict(gpar_options or {})
         self.train_X, self.train_Y = train_X, train_Y
-        steps = checkpoint_indices(train_X[:, self.step_index], checkpoints)
+        steps = checkpoints.rescaled_indices(train_X[:, self.step_index])
         configs, run = self._without_step(train_X).unique(dim=0, return_inverse=True)
-        sums = train_X.new_zeros(len(configs), len(checkpoints))
-        counts = torch.zeros_like(sums)
-        sums.index_put_((run, steps), train_Y[:, 0], accumulate=True)
-        counts.index_put_((run, steps), torch.ones_like(train_Y[:, 0]), accumulate=True)
-        curves = torch.where(counts > 0, sums / counts.clamp_min(1), float("nan"))
+        curves = curve_table(run, steps, train_Y[:, 0], len(configs), len(checkpoints))
         gaps = curves_with_gaps(curves)
         if gaps and not self.gpar_options.get("impute", False):
             raise ValueError(
                 f"{len(gaps)} trial(s) reported after skipping a checkpoint (e.g. at "
-                f"{observed_checkpoints(curves[gaps[0]], checkpoints)} of {checkpoints}; "
-                "a trial completed without progression data reports only its last step). "
-                "GPAR needs every checkpoint up to a trial's last: report each one, or "
-                "pass gpar_options={'impute': True}."
+                f"{observed_checkpoints(curves[gaps[0]], checkpoints)} of "
+                f"{checkpoints.tolist()}; a trial completed without progression data reports "
+                "only its last step). GPAR needs every checkpoint up to a trial's last: "
+                "report each one, or pass gpar_options={'impute': True}."
             )
-        self.gpar = GPARModel(configs, curves, output_names=checkpoints, **self.gpar_options)
+        self.gpar = GPARModel(
+            configs, curves, output_names=checkpoints.tolist(), **self.gpar_options
+        )
 
     @classmethod
     def construct_inputs(
         cls,
         training_data: SupervisedDataset,
-        checkpoints: Sequence[float],
+        checkpoints: Checkpoints | Sequence[float],
         metric_name: str | None = None,
         gpar_options: Mapping[str, Any] | None = None,
         **kwargs: Any,
@@ -238,7 +175,7 @@ class GPARCurveModel(Model):
         return {
             "train_X": training_data.X,
             "train_Y": training_data.Y,
-            "checkpoints": list(checkpoints),
+            "checkpoints": checkpoints,
             "step_index": training_data.feature_names.index(MAP_KEY),
             "gpar_options": gpar_options,
         }
@@ -302,11 +239,12 @@ class GPARCurveModel(Model):
         posterior_transform: PosteriorTransform | None,
     ) -> Posterior:
         """``posterior`` for one X (joint over its q points)."""
-        grid = _rescaled_checkpoints(self.checkpoints, len(self.checkpoints))
-        index, ok = _match(X[..., self.step_index].detach(), grid)
+        index, ok = self.checkpoints.match(X[..., self.step_index], rescaled=True)
         if not ok.all():
             bad = X[..., self.step_index][~ok].unique().tolist()[:5]
-            raise ValueError(f"Steps {bad} (rescaled) are not checkpoints {self.checkpoints}.")
+            raise ValueError(
+                f"Steps {bad} (rescaled) are not checkpoints {self.checkpoints.tolist()}."
+            )
         x = self._without_step(X)
         if (index == index.reshape(-1)[0]).all():
             # One checkpoint for all points (always so in acquisition): joint samples.
@@ -347,15 +285,23 @@ class GPARCurveModel(Model):
             variance_transform=select_variance,
         )
 
-    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> Any:
-        """Load hyperparameters only: normalisations stay those of this model's data.
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any], strict: bool = True, keep_transforms: bool = False
+    ) -> Any:
+        """Load GPAR's hyperparameters; transforms stay those of this model's data.
 
-        Ax reloads a fitted model's state into a model built on other data (e.g.
-        cross-validation folds); the conditionals' input and outcome transforms
-        must keep describing the new data.
+        Ax reloads a fitted model's state into a model built on other data without
+        refitting (e.g. cross-validation folds), so by default the state's
+        data-derived entries are not loaded, and ``GPARModel.load_state_dict``
+        recomputes the inputs that depend on the hyperparameters (``denoise``,
+        ``impute``).
         """
-        hyperparameters = {k: v for k, v in state_dict.items() if "_transform." not in k}
-        return super().load_state_dict(hyperparameters, strict=False)
+        prefix = "gpar."
+        inner = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
+        if strict and len(inner) != len(state_dict):
+            unexpected = next(k for k in state_dict if not k.startswith(prefix))
+            raise RuntimeError(f"Unexpected key {unexpected!r} in GPARCurveModel's state.")
+        return self.gpar.load_state_dict(inner, strict=strict, keep_transforms=keep_transforms)
 
 
 @fit_botorch_model.register(GPARCurveModel)
@@ -375,12 +321,8 @@ def _fit_gpar_curve_model(
     )
 
 
-# JSON and SQL storage encode the model class of a ModelConfig by registered name.
-register_model(GPARCurveModel)
-
-
 def gpar_generation_strategy(
-    checkpoints: Sequence[float],
+    checkpoints: Checkpoints | Sequence[float],
     *,
     metric_name: str | None = None,
     num_sobol_trials: int = 5,
@@ -398,8 +340,8 @@ def gpar_generation_strategy(
     early-stopped trials and targets the final checkpoint.
 
     Args:
-        checkpoints: The increasing steps (``progression`` values, e.g. epochs) at
-            which the objective metric is reported; the last is the target.
+        checkpoints: The steps (``progression`` values, e.g. epochs) at which the
+            objective metric is reported; the last is the target.
         metric_name: The objective metric; if given, a mismatch is an error.
         num_sobol_trials: Sobol trials before GPAR takes over.
         min_completed_trials: COMPLETED trials (with data) needed before GPAR
@@ -422,9 +364,7 @@ def gpar_generation_strategy(
     Returns:
         A ``GenerationStrategy`` with nodes ``"Sobol"`` and ``"GPAR"``.
     """
-    checkpoints = [float(c) for c in checkpoints]
-    if len(checkpoints) < 2 or any(b <= a for a, b in zip(checkpoints, checkpoints[1:])):
-        raise ValueError(f"checkpoints must be >= 2 increasing steps; got {checkpoints}.")
+    checkpoints = Checkpoints(checkpoints)
     if min_completed_trials < 2:
         raise ValueError("min_completed_trials must be >= 2 (GPAR needs two final values).")
     sobol = GenerationNode(
@@ -453,7 +393,7 @@ def gpar_generation_strategy(
     model_config = ModelConfig(
         botorch_model_class=GPARCurveModel,
         model_options={
-            "checkpoints": checkpoints,
+            "checkpoints": checkpoints.tolist(),  # JSON-native for storage
             "metric_name": metric_name,
             "gpar_options": dict(gpar_options or {}),
         },

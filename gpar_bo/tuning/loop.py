@@ -34,6 +34,7 @@ from ax.core.trial_status import TrialStatus
 from ax.global_stopping.strategies.base import BaseGlobalStoppingStrategy
 from ax.orchestration.orchestrator import Orchestrator, OrchestratorOptions
 
+from gpar_bo.ax.checkpoints import Checkpoints
 from gpar_bo.ax.early_stopping import GPAREarlyStoppingStrategy
 from gpar_bo.ax.generation import gpar_generation_strategy
 from gpar_bo.tuning.report import write_report
@@ -73,8 +74,9 @@ class TuningProblem:
     tracking_metrics: list[str] = field(default_factory=list)
 
     @property
-    def checkpoints(self) -> list[int]:
-        return list(range(1, self.epochs + 1))
+    def checkpoints(self) -> Checkpoints:
+        """Epochs 1..epochs."""
+        return Checkpoints(range(1, self.epochs + 1))
 
 
 class EpochBudget(BaseGlobalStoppingStrategy):
@@ -276,7 +278,7 @@ def tune(
         for _ in orchestrator.run_trials_and_yield_results(max_trials=max(remaining, 0)):
             save_snapshot(snapshot, experiment, strategy)
             if time.monotonic() - last_report > report_seconds:
-                write_report(experiment, early_stopping, directory)
+                write_report(experiment, problem.checkpoints, early_stopping, directory)
                 last_report = time.monotonic()
             bar.n = min(budget.trained(experiment), budget_epochs)
             best = _best_final(experiment, problem.metric, problem.epochs)
@@ -290,4 +292,4 @@ def tune(
         # The epochs jobs wrote after Ax's last poll (e.g. after a stop) count too.
         experiment.fetch_data()
         save_snapshot(snapshot, experiment, strategy)
-    return write_report(experiment, early_stopping, directory)
+    return write_report(experiment, problem.checkpoints, early_stopping, directory)

@@ -17,19 +17,23 @@ import torch
 from ax.core.experiment import Experiment
 from ax.core.trial_status import TrialStatus
 
-from gpar_bo.ax.curves import experiment_curves, objective_metric
+from gpar_bo.ax.checkpoints import Checkpoints
+from gpar_bo.ax.curves import experiment_curves, objective_metric, observed_checkpoints
 from gpar_bo.ax.early_stopping import GPAREarlyStoppingStrategy
 
 __all__ = ["build_report", "write_report"]
 
 
-def build_report(experiment: Experiment, strategy: GPAREarlyStoppingStrategy) -> dict[str, Any]:
+def build_report(
+    experiment: Experiment, checkpoints: Checkpoints, strategy: GPAREarlyStoppingStrategy
+) -> dict[str, Any]:
     """The report as a JSON-serialisable dict.
 
     Args:
         experiment: The tuning experiment.
-        strategy: The early-stopping strategy; supplies the checkpoints and the
-            GPAR model behind the predicted bands.
+        checkpoints: The steps at which the objective is reported.
+        strategy: The early-stopping strategy, whose GPAR model gives the
+            predicted bands (on the same checkpoints).
 
     Returns:
         ``{"metric", "minimize", "checkpoints", "best", "trials", "epochs_trained"}``;
@@ -37,9 +41,9 @@ def build_report(experiment: Experiment, strategy: GPAREarlyStoppingStrategy) ->
         ``status``, ``parameters``, ``steps``, ``values``, ``stopped`` and, if it did
         not reach the final checkpoint, ``predicted_final`` (``mean``, ``q05``, ``q95``).
     """
-    name, minimize = objective_metric(experiment, strategy.metric_name)
-    curves = experiment_curves(experiment, name, strategy.checkpoints)
-    samples, _ = strategy.final_value_samples(experiment)
+    name, minimize = objective_metric(experiment)
+    curves = experiment_curves(experiment, name, checkpoints)
+    samples, _ = strategy.final_value_samples(experiment, curves=curves)
     trials, best = [], None
     for row, index in enumerate(curves.trial_indices):
         observed = ~torch.isnan(curves.Y[row])
@@ -48,7 +52,7 @@ def build_report(experiment: Experiment, strategy: GPAREarlyStoppingStrategy) ->
             "index": index,
             "status": trial.status.name,
             "parameters": dict(trial.arms[0].parameters),
-            "steps": [c for c, o in zip(curves.checkpoints, observed.tolist()) if o],
+            "steps": observed_checkpoints(curves.Y[row], checkpoints),
             "values": curves.Y[row][observed].tolist(),
             "stopped": trial.status == TrialStatus.EARLY_STOPPED,
         }
@@ -71,7 +75,7 @@ def build_report(experiment: Experiment, strategy: GPAREarlyStoppingStrategy) ->
     return {
         "metric": name,
         "minimize": minimize,
-        "checkpoints": curves.checkpoints,
+        "checkpoints": checkpoints.tolist(),
         "best": best,
         "trials": trials,
         "epochs_trained": sum(len(t["steps"]) for t in trials),
@@ -120,12 +124,16 @@ def _plot(report: dict[str, Any], path: Path) -> None:
 
 
 def write_report(
-    experiment: Experiment, strategy: GPAREarlyStoppingStrategy, directory: str | Path
+    experiment: Experiment,
+    checkpoints: Checkpoints,
+    strategy: GPAREarlyStoppingStrategy,
+    directory: str | Path,
 ) -> dict[str, Any]:
-    """Write ``report.json`` and ``report.png`` to ``directory``; return the report."""
+    """Write ``report.json`` and ``report.png`` to ``directory`` (see ``build_report``);
+    return the report."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    report = build_report(experiment, strategy)
+    report = build_report(experiment, checkpoints, strategy)
     partial = directory / "report.json.partial"
     partial.write_text(json.dumps(report, indent=2))
     os.replace(partial, directory / "report.json")

@@ -7,7 +7,7 @@ import torch
 from ax.api.client import Client
 from ax.api.configs import RangeParameterConfig
 
-from gpar_bo.ax import GPAREarlyStoppingStrategy
+from gpar_bo.ax import Checkpoints, GPAREarlyStoppingStrategy
 from gpar_bo.synthetic import learning_curves
 
 EPOCHS = [1, 2, 4, 8, 16]
@@ -103,7 +103,8 @@ def test_report_gives_running_trials_a_final_value_band(client: Client, tmp_path
     from gpar_bo.tuning.report import write_report
 
     running = add_trial(client, PROMISING, upto=2, seed=103)
-    report = write_report(client._experiment, client._early_stopping_strategy, tmp_path)
+    report = write_report(client._experiment, Checkpoints(EPOCHS),
+                          client._early_stopping_strategy, tmp_path)
     entry = next(t for t in report["trials"] if t["index"] == running)
     assert entry["status"] == "RUNNING" and entry["steps"] == [1.0, 2.0]
     band = entry["predicted_final"]
@@ -141,7 +142,7 @@ def test_refit_growth_reuses_hyperparameters_until_the_curves_grow(
     strategy.probabilities_of_beating_incumbent(client._experiment)
     model = strategy._cache[1]
     assert fits == [5] and model.conditionals[0].train_inputs[0].shape[0] == 6
-    torch.testing.assert_close(model.hyperparameters(), strategy._fitted[1])
+    torch.testing.assert_close(model.hyperparameters(), strategy._refit.hyperparameters)
     # Two more (8 > 7.5): refitted.
     for seed in (6, 7):
         client.complete_trial(add_trial(client, FINISHED[seed], len(EPOCHS), seed))
@@ -161,3 +162,28 @@ def test_a_curve_that_skips_a_checkpoint_is_a_clear_error() -> None:
     client.set_early_stopping_strategy(GPAREarlyStoppingStrategy(EPOCHS))
     with pytest.raises(ValueError, match=rf"Trials \[{gapped}\] .* skipping .*\[1.0, 4.0\]"):
         client.should_stop_trial_early(gapped)
+
+
+def test_a_poll_builds_the_curves_once(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpar_bo.ax.early_stopping as module
+
+    builds: list[str] = []
+    real = module.experiment_curves
+
+    def counting(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        builds.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "experiment_curves", counting)
+    running = add_trial(client, PROMISING, upto=3, seed=104)
+    assert not client.should_stop_trial_early(running)
+    assert builds == ["error"]
+    client.mark_trial_abandoned(running)
+
+
+def test_curves_of_other_checkpoints_are_a_clear_error(client: Client) -> None:
+    from gpar_bo.ax import experiment_curves
+
+    other = experiment_curves(client._experiment, "error", Checkpoints([1, 2, 4, 8, 16, 32]))
+    with pytest.raises(ValueError, match=r"this strategy models 'error' at \[1.0"):
+        client._early_stopping_strategy.final_value_samples(client._experiment, curves=other)

@@ -117,11 +117,11 @@ def test_freeze_thaw_decays_over_epochs_with_the_exponential_decay_kernel(fitted
 def test_hyperparameters_are_reused_until_the_data_grow(data: dict) -> None:
     surrogate = AxLearningCurve(data["problem"].checkpoints)
     surrogate.fit(data["X"][:20], data["Y"][:20])
-    fitted = {k: v.clone() for k, v in surrogate._hyperparameters.items()}
+    fitted = {k: v.clone() for k, v in surrogate._refit.hyperparameters.items()}
     surrogate.fit(data["X"][:23], data["Y"][:23])  # +15%: reused
-    assert all(torch.equal(fitted[k], v) for k, v in surrogate._hyperparameters.items())
+    assert all(torch.equal(fitted[k], v) for k, v in surrogate._refit.hyperparameters.items())
     surrogate.fit(data["X"], data["Y"])  # +50%: refitted
-    assert any(not torch.equal(fitted[k], v) for k, v in surrogate._hyperparameters.items())
+    assert any(not torch.equal(fitted[k], v) for k, v in surrogate._refit.hyperparameters.items())
 
 
 def test_bad_input_is_a_clear_error(data: dict) -> None:
