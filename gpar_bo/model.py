@@ -59,13 +59,12 @@ SPARSE_ABOVE = 1000
 DEFAULT_NUM_INDUCING = 256
 
 #: L-BFGS-B's relative tolerance on the loss (BoTorch's mll is per data point) for
-#: the conditionals' fits. SciPy's default (2.2e-9) lets the later conditionals of
-#: learning-curve data run for 1,000-2,000 iterations, shrinking a redundant
-#: kernel's scale or the noise towards zero for log-evidence gains that do not
-#: improve predictions (held-out SMSE unchanged; see the README); 1e-6 stops them
-#: after tens of iterations. It is a trade-off, not free: on the exchange-rate data
-#: (13 outputs with imputation) it stops several conditionals during a slow stretch
-#: that later pays off (log evidence 1378 vs 1524, SMSE 0.059 vs 0.030). Pass
+#: the conditionals' fits. At SciPy's default (2.2e-9) the later conditionals of
+#: learning-curve data run for very many iterations, shrinking a redundant kernel's
+#: scale or the noise towards zero for log-evidence gains that do not improve
+#: predictions. It is a trade-off, not free: it can also stop a fit during a slow
+#: stretch that later pays off (the exchange-rate benchmark,
+#: ``benchmarks/results/exchange.md``, reports both tolerances). Pass
 #: ``optimizer_kwargs={"options": {"ftol": ...}}`` to override, and compare
 #: ``conditional_log_evidences()`` when in doubt.
 FIT_FTOL = 1e-6
@@ -359,7 +358,7 @@ class GPARModel(Model):
         self.eval()
         return mll
 
-    def conditional_log_evidences(self, standardised: bool = False) -> Tensor:
+    def conditional_log_evidences(self, standardized: bool = False) -> Tensor:
         r"""``log p(y_m | y_{<m}, x)`` of every conditional's training data.
 
         In the units of the modelled outputs (after ``outcome_transform``, but
@@ -367,7 +366,7 @@ class GPARModel(Model):
         they are comparable across output orderings.
 
         Args:
-            standardised: Each conditional's evidence of its standardised
+            standardized: Each conditional's evidence of its standardised
                 targets instead (unit-free, for comparing different outputs;
                 the same as the default under the paper's conventions, which
                 do not standardise).
@@ -386,7 +385,7 @@ class GPARModel(Model):
                     term.loss() for term in gp.added_loss_terms()
                 )
             _, std = output_scaling(gp)
-            values.append(value if standardised else value - len(targets) * std.log())
+            values.append(value if standardized else value - len(targets) * std.log())
             gp.eval()
         return torch.stack(values)
 

@@ -60,7 +60,7 @@ def greedy_output_order(
             j: _extend(train_X, train_Y, order + [j], fitted, model_kwargs) for j in remaining
         }
         scores = {
-            j: float(m.conditional_log_evidences(standardised=True)[-1])
+            j: float(m.conditional_log_evidences(standardized=True)[-1])
             for j, m in candidates.items()
         }
         best = max(scores, key=scores.__getitem__)
