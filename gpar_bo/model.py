@@ -19,44 +19,29 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from copy import deepcopy
-from itertools import chain
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
-from botorch.acquisition.objective import (
-    PosteriorTransform,
-    ScalarizedPosteriorTransform,
-)
+from botorch.acquisition.objective import PosteriorTransform
 from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskGP
 from botorch.models.model import Model
-from botorch.models.transforms.input import Normalize
-from botorch.models.transforms.outcome import OutcomeTransform, Standardize
-from botorch.models.utils.gpytorch_modules import (
-    MIN_INFERRED_NOISE_LEVEL,
-    get_gaussian_likelihood_with_lognormal_prior,
-)
+from botorch.models.transforms.outcome import OutcomeTransform
 from botorch.posteriors import Posterior
-from gpytorch.constraints import GreaterThan
 from gpytorch.kernels import InducingPointKernel
-from gpytorch.likelihoods import GaussianLikelihood, Likelihood
-from gpytorch.means import ZeroMean
+from gpytorch.likelihoods import Likelihood
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.settings import lazily_evaluate_kernels
 from torch import Tensor
-from torch.nn import ModuleList
-from torch.quasirandom import SobolEngine
+from torch.nn import Module, ModuleList
 
+from gpar_bo import conditionals as spec
 from gpar_bo.data import check_inputs, check_training_data, resolve_output_names
-from gpar_bo.kernels import Conventions, KernelFamily, conditional_kernel
-from gpar_bo.posterior import GPARPosterior, SharedBlockCache, same_tensors
+from gpar_bo.kernels import Conventions, KernelFamily
+from gpar_bo.posterior import GPARPosterior
 from gpar_bo.prediction import ConditionalPredictor, output_scaling
-
-
-#: Conditionals with more training rows than this use inducing points by default.
-SPARSE_ABOVE = 1000
-#: Inducing points per conditional when they are switched on automatically.
-DEFAULT_NUM_INDUCING = 256
+from gpar_bo.prepared import PredictorCache
+from gpar_bo.transformed import transformed, untransformed
 
 #: L-BFGS-B's relative tolerance on the loss (BoTorch's mll is per data point) for
 #: the conditionals' fits. At SciPy's default (2.2e-9) the later conditionals of
@@ -97,8 +82,8 @@ class GPARModel(Model):
         num_inducing: Fit every conditional with the variational inducing-point
             method of Titsias (2009) (GPyTorch's ``InducingPointKernel``, the
             collapsed SGPR bound) with this many inducing points. By default a
-            conditional with more than ``SPARSE_ABOVE`` (1,000) training rows
-            uses ``DEFAULT_NUM_INDUCING`` (256), the others are exact. As in the
+            conditional with more than ``conditionals.SPARSE_ABOVE`` (1,000) training
+            rows uses ``conditionals.DEFAULT_NUM_INDUCING`` (256), the others are exact. As in the
             paper, inducing inputs are fixed and regularly spaced in x (a grid
             for one input, a Sobol sequence otherwise) and, for the earlier
             outputs, the earlier conditionals' posterior means at those x.
@@ -110,6 +95,7 @@ class GPARModel(Model):
             kernel, maximum likelihood without priors, noise started at a tenth
             of the targets' variance), as in the paper's synthetic experiments
             and the authors' package with ``normalise_y=False``. See ``Conventions``.
+            The paper's conventions need float64 data; BoTorch's also run in float32.
     """
 
     def __init__(
@@ -148,13 +134,19 @@ class GPARModel(Model):
             raise ValueError(f"num_inducing must be None or >= 1; got {num_inducing}.")
         self.output_names = resolve_output_names(output_names, train_Y.shape[-1])
         self.kernel_family = KernelFamily(kernel)
+        self.conventions = Conventions(conventions)
+        if self.conventions is Conventions.PAPER and train_X.dtype != torch.float64:
+            raise ValueError(
+                f'conventions="paper" needs float64 data (got {train_X.dtype}): zero-mean '
+                "GPs on raw outputs with a noise floor of 1e-4 of their variance are too "
+                "ill-conditioned for float32."
+            )
         self.markov = markov
         self.impute = impute
         self.denoise = denoise
         self.use_rbf_kernel = use_rbf_kernel
         self.num_inducing = num_inducing
         self.learn_inducing_points = learn_inducing_points
-        self.conventions = Conventions(conventions)
         self.train_X = train_X
         self.train_Y = train_Y
         self.observed = observed
@@ -175,11 +167,11 @@ class GPARModel(Model):
         # Values fed into later conditionals: observations, overwritten by
         # posterior means where imputing or denoising.
         self.fed_Y = modelled_Y.clone()
-        self._cached_prediction: _PredictionCache | None = None
+        self._predictor_cache = PredictorCache()
         self.conditionals = ModuleList()
         for m in range(self.num_outputs):
-            self.conditionals.append(self._build_conditional(m))
-            self._update_fed_values(m)
+            self.conditionals.append(self._new_conditional(m))
+            self._feed(m)
 
     # ------------------------------------------------------------------ shape
     @property
@@ -206,121 +198,84 @@ class GPARModel(Model):
 
     def window(self, m: int) -> list[int]:
         """The earlier outputs conditional ``m`` sees."""
-        start = 0 if self.markov is None else max(0, m - self.markov)
-        return list(range(start, m))
+        return spec.window(m, self.markov)
 
-    # -------------------------------------------------------------- building
-    def _conditional_inputs(self, m: int, rows: Tensor | slice = slice(None)) -> Tensor:
-        return torch.cat([self.train_X[rows], self.fed_Y[rows][:, self.window(m)]], -1)
+    # ------------------------------------------------------------ the chain
+    def _inputs(self, m: int, rows: Tensor | slice = slice(None)) -> Tensor:
+        return spec.conditional_inputs(self.train_X, self.fed_Y, self.window(m), rows)
 
-    def _build_conditional(self, m: int, reuse: SingleTaskGP | None = None) -> SingleTaskGP:
-        """The GP of conditional ``m`` on the rows that observed output ``m``.
-
-        ``reuse`` keeps an existing conditional's modules (hyperparameters)
-        when only its inputs changed (imputed or denoised earlier outputs).
-        """
+    def _training_data(self, m: int) -> tuple[Tensor, Tensor]:
+        """Conditional ``m``'s inputs and targets: the rows that observed output ``m``."""
         rows = self.observed[:, m]
-        inputs = self._conditional_inputs(m, rows)
-        targets = self.modelled_Y[rows, m : m + 1]
+        return self._inputs(m, rows), self.modelled_Y[rows, m : m + 1]
+
+    def _new_conditional(self, m: int) -> SingleTaskGP:
+        """The unfitted GP of conditional ``m``."""
+        inputs, targets = self._training_data(m)
         window = self.window(m)
-        num_inducing = self._num_inducing(len(targets))
-        paper = self.conventions is Conventions.PAPER
-        if reuse is not None:
-            input_transform = reuse.input_transform
-            covar_module, likelihood = reuse.covar_module, reuse.likelihood
-            mean_module = reuse.mean_module
-            if num_inducing and not self.learn_inducing_points:
-                covar_module.inducing_points.data = self._inducing_inputs(
-                    m, input_transform, num_inducing
-                )
-        else:
-            input_transform = Normalize(
-                d=inputs.shape[-1], bounds=self._input_bounds(window)
-            )
-            covar_module = conditional_kernel(
-                self.kernel_family,
-                x_dims=self.train_X.shape[-1],
-                y_dims=len(window),
-                use_rbf_kernel=self.use_rbf_kernel,
-                conventions=self.conventions,
-            )
-            if paper:
-                likelihood = _paper_likelihood(targets)
-                mean_module = ZeroMean()
-            else:
-                likelihood = get_gaussian_likelihood_with_lognormal_prior()
-                mean_module = None  # SingleTaskGP's constant mean
-            if num_inducing:
-                covar_module = InducingPointKernel(
-                    covar_module,
-                    inducing_points=self._inducing_inputs(m, input_transform, num_inducing),
-                    likelihood=likelihood,
-                )
-                covar_module.inducing_points.requires_grad_(self.learn_inducing_points)
-        gp = SingleTaskGP(
+        bounds = spec.input_bounds(
+            [self.train_X] + [self.modelled_Y[self.observed[:, j], j : j + 1] for j in window]
+        )
+        return spec.conditional_gp(
             inputs,
             targets,
-            likelihood=likelihood,
-            covar_module=covar_module,
-            mean_module=mean_module,
-            outcome_transform=None if paper else Standardize(m=1),
-            input_transform=input_transform,
+            bounds,
+            x_dims=self.train_X.shape[-1],
+            family=self.kernel_family,
+            use_rbf_kernel=self.use_rbf_kernel,
+            conventions=self.conventions,
+            inducing_inputs=self._inducing_inputs(m, len(targets)),
+            learn_inducing_points=self.learn_inducing_points,
         )
-        return gp.to(self.train_X)
 
-    def _num_inducing(self, num_rows: int) -> int | None:
-        if self.num_inducing is not None:
-            return self.num_inducing
-        return DEFAULT_NUM_INDUCING if num_rows > SPARSE_ABOVE else None
+    def _rebuild(self, m: int) -> None:
+        """Conditional ``m`` with its hyperparameters on its current data."""
+        gp = self.conditionals[m]
+        sparse = isinstance(gp.covar_module, InducingPointKernel)
+        inputs, targets = self._training_data(m)
+        inducing = None
+        if sparse and not self.learn_inducing_points:
+            inducing = self._inducing_inputs(m, len(targets))
+        self.conditionals[m] = spec.with_training_data(gp, inputs, targets, inducing)
 
-    def _inducing_inputs(self, m: int, input_transform: Normalize, num: int) -> Tensor:
-        """Normalised inducing inputs of conditional ``m``: ``num x D``.
-
-        Regularly spaced x in the data's box, joined with the plug-in
-        posterior means of the earlier outputs at those x (the paper's recipe).
-        """
-        lower, upper = self.train_X.min(0).values, self.train_X.max(0).values
-        d = self.train_X.shape[-1]
-        if d == 1:
-            unit = torch.linspace(0, 1, num, dtype=lower.dtype).unsqueeze(-1)
-        else:
-            unit = SobolEngine(d, scramble=True, seed=0).draw(num).to(lower)
-        x = lower + (upper - lower) * unit
-        means: list[Tensor] = []  # n x 1 plug-in means of outputs 0..m-1
-        with torch.no_grad():
-            for j in range(m):
-                predictor = ConditionalPredictor(
-                    self.conditionals[j], self._conditional_inputs(j, self.observed[:, j])
-                )
-                Z = torch.cat([x, *(means[i] for i in self.window(j))], -1)
-                mean, _ = predictor(Z.unsqueeze(-2), joint=False)
-                means.append(mean)
-            inducing = torch.cat([x, *(means[j] for j in self.window(m))], -1)
-            return input_transform(inducing)
-
-    def _input_bounds(self, window: list[int]) -> Tensor:
-        """Fixed normalisation bounds: the data range of x and of each output."""
-        columns = [self.train_X] + [
-            self.modelled_Y[self.observed[:, j], j : j + 1] for j in window
+    def _inducing_inputs(self, m: int, num_rows: int) -> Tensor | None:
+        """Conditional ``m``'s untransformed inducing inputs, or None if it is exact."""
+        num = spec.num_inducing(self.num_inducing, num_rows)
+        if not num:
+            return None
+        predictors = [
+            ConditionalPredictor(self.conditionals[j], self._inputs(j, self.observed[:, j]))
+            for j in range(m)
         ]
-        lower = torch.cat([c.min(0).values for c in columns])
-        upper = torch.cat([c.max(0).values for c in columns])
-        # A constant column would divide by zero.
-        upper = torch.where(upper > lower, upper, lower + 1.0)
-        return torch.stack([lower, upper])
+        x = spec.regular_inputs(self.train_X, num)
+        return spec.inducing_inputs(
+            x, predictors, [self.window(j) for j in range(m)], self.window(m)
+        )
 
-    def _update_fed_values(self, m: int) -> None:
+    def _feed(self, m: int) -> None:
         """Impute and/or denoise output ``m`` where later conditionals need it."""
-        # Rows whose value at output m enters a later conditional.
-        needed = self.observed[:, m:].any(-1) if self.impute else self.observed[:, m]
-        rows = needed if self.denoise else needed & ~self.observed[:, m]
+        rows = spec.fed_rows(self.observed, m, self.impute, self.denoise)
         if not rows.any():
             return
-        gp = self.conditionals[m]
-        predictor = ConditionalPredictor(gp, self._conditional_inputs(m, self.observed[:, m]))
+        predictor = ConditionalPredictor(self.conditionals[m], self._inputs(m, self.observed[:, m]))
         with torch.no_grad():
-            mean, _ = predictor(self._conditional_inputs(m, rows).unsqueeze(-2), joint=False)
+            mean, _ = predictor(self._inputs(m, rows).unsqueeze(-2), joint=False)
         self.fed_Y[rows, m] = mean.squeeze(-1)
+
+    def _inputs_depend_on_fit(self, m: int) -> bool:
+        """Whether conditional m's (inducing) inputs come from earlier fits."""
+        if m == 0:
+            return False
+        sparse = isinstance(self.conditionals[m].covar_module, InducingPointKernel)
+        return self.impute or self.denoise or (sparse and not self.learn_inducing_points)
+
+    def _refeed(self, rebuild_all: bool = False) -> None:
+        """Recompute the fed values in order, rebuilding the conditionals that see them."""
+        self.fed_Y = self.modelled_Y.clone()
+        for m in range(self.num_outputs):
+            if rebuild_all or self._inputs_depend_on_fit(m):
+                self._rebuild(m)
+            self._feed(m)
 
     # ---------------------------------------------------------------- fitting
     def custom_fit(self, mll: Any = None, **kwargs: Any) -> Any:
@@ -340,13 +295,13 @@ class GPARModel(Model):
             optimizer_kwargs = dict(kwargs.pop("optimizer_kwargs", None) or {})
             options = {"ftol": FIT_FTOL, **optimizer_kwargs.get("options", {})}
             kwargs["optimizer_kwargs"] = {**optimizer_kwargs, "options": options}
-        for m, gp in enumerate(self.conditionals):
+        for m in range(self.num_outputs):
             if self._inputs_depend_on_fit(m):
-                gp = self._build_conditional(m, reuse=gp)
-                self.conditionals[m] = gp
+                self._rebuild(m)
+            gp = self.conditionals[m]
             try:
-                # Each evaluation builds small kernel matrices; wrapping them in
-                # lazy kernel tensors costs about a tenth of the fit.
+                # Each evaluation builds small kernel matrices, for which lazy
+                # kernel tensors are overhead rather than savings.
                 with lazily_evaluate_kernels(False):
                     fit_gpytorch_mll(ExactMarginalLogLikelihood(gp.likelihood, gp), **kwargs)
             except Exception as error:
@@ -354,7 +309,7 @@ class GPARModel(Model):
                     f"Fitting the conditional of output {self.output_names[m]!r} "
                     f"failed: {error}"
                 ) from error
-            self._update_fed_values(m)
+            self._feed(m)
         self.eval()
         return mll
 
@@ -418,10 +373,12 @@ class GPARModel(Model):
                 conditionals are trained on noisy inputs).
             posterior_transform: Applied to the posterior. A
                 ``ScalarizedPosteriorTransform`` (as Ax uses) is applied to the
-                samples; others are called on the ``GPARPosterior``.
+                samples; others are called on the posterior.
 
         Returns:
-            A ``GPARPosterior`` over ``batch_shape x q x m`` outputs.
+            A ``GPARPosterior`` over ``batch_shape x q x m`` outputs; with an
+            outcome transform or a scalarisation, a ``MappedGPARPosterior`` (a
+            BoTorch ``TransformedPosterior``) of it.
         """
         check_inputs(X, d=self.train_X.shape[-1], dtype=self.train_X.dtype)
         if torch.is_tensor(observation_noise):
@@ -437,96 +394,22 @@ class GPARModel(Model):
                 f"output_indices {indices} must be in [0, {self.num_outputs - 1}]."
             )
         self.eval()
-        needed = max(indices) + 1
-        cache = self._prediction_cache()
-        prefix_values, prefix_mask = self._observed_prefix(X)
-        sample_transform, num_reported = self._sample_transform(posterior_transform, indices)
-        posterior = GPARPosterior(
-            predictors=cache.predictors[:needed],
-            windows=[self.window(m) for m in range(needed)],
-            X=X,
-            prefix_values=prefix_values,
-            prefix_mask=prefix_mask,
-            observation_noise=bool(observation_noise),
-            denoise=self.denoise,
-            output_indices=indices,
-            sample_transform=sample_transform,
-            num_reported=num_reported,
-            shared_cache=cache.shared,
+        # Acquisition optimisation asks for many posteriors of the same model;
+        # the cache rebuilds the predictors only when the model changed.
+        prepared = self._predictor_cache.get(
+            self.conditionals,
+            [self.window(m) for m in range(self.num_outputs)],
+            self.train_X,
+            self.observed,
+            self.fed_Y,
+            self.denoise,
         )
-        if posterior_transform is not None and not isinstance(
-            posterior_transform, ScalarizedPosteriorTransform
-        ):
-            return posterior_transform(posterior)
-        return posterior
-
-    def _prediction_cache(self) -> _PredictionCache:
-        """The conditionals' predictors, rebuilt only when the model changed.
-
-        Acquisition optimisation calls ``posterior`` about a hundred times
-        with the same model; each predictor costs a Cholesky factorisation.
-        Like GPyTorch's prediction cache, but keyed on the hyperparameter
-        values, the conditional modules and the fed values rather than on
-        ``train()``, so edits in eval mode cannot leave it stale.
-        """
-        state = [t.detach() for t in chain(self.parameters(), self.buffers())] + [self.fed_Y]
-        cache = self._cached_prediction
-        if cache is None or not cache.matches(list(self.conditionals), state):
-            predictors = [
-                ConditionalPredictor(gp, self._conditional_inputs(m, self.observed[:, m]))
-                for m, gp in enumerate(self.conditionals)
-            ]
-            cache = _PredictionCache(list(self.conditionals), state, predictors)
-            self._cached_prediction = cache
-        return cache
-
-    def _sample_transform(
-        self, posterior_transform: PosteriorTransform | None, indices: list[int]
-    ) -> tuple[Any, int]:
-        """Outcome untransform, then scalarisation, as one map on samples.
-
-        The samples hold only the outputs ``indices``, in that order.
-        """
-        steps = []
-        num_outputs = len(indices)
+        posterior: Posterior = GPARPosterior(prepared, X, indices, bool(observation_noise))
         if hasattr(self, "outcome_transform"):
-            outcome_transform = self.outcome_transform
-            if indices != list(range(self.num_outputs)):
-                outcome_transform = outcome_transform.subset_output(indices)
-            steps.append(lambda s: outcome_transform.untransform(s)[0])
-        reported = num_outputs
-        if isinstance(posterior_transform, ScalarizedPosteriorTransform):
-            weights, offset = posterior_transform.weights, posterior_transform.offset
-            if len(weights) != num_outputs:
-                raise ValueError(
-                    f"Scalarisation has {len(weights)} weights for {num_outputs} outputs."
-                )
-            steps.append(lambda s: (s @ weights.to(s) + offset).unsqueeze(-1))
-            reported = 1
-        if not steps:
-            return None, reported
-
-        def transform(samples: Tensor) -> Tensor:
-            for step in steps:
-                samples = step(samples)
-            return samples
-
-        return transform, reported
-
-    def _observed_prefix(self, X: Tensor) -> tuple[Tensor, Tensor]:
-        """Observed values (to feed forward) of the training rows equal to X.
-
-        Returns:
-            ``batch_shape x q x M`` values and a bool mask of observed outputs.
-        """
-        matches = (X.detach().unsqueeze(-2) == self.train_X).all(-1)  # b x q x n
-        # Prefer the matching row with the most observed outputs.
-        lengths = self.observed.sum(-1).to(X)
-        score = torch.where(matches, lengths, -1.0)
-        best = score.argmax(-1)
-        mask = self.observed[best] & matches.any(-1, keepdim=True)
-        values = torch.where(mask, self.fed_Y[best], 0.0)
-        return values, mask
+            posterior = untransformed(posterior, self.outcome_transform, indices, self.num_outputs)
+        if posterior_transform is not None:
+            posterior = transformed(posterior, posterior_transform)
+        return posterior
 
     # ------------------------------------------------------------- new data
     def condition_on_observations(self, X: Tensor, Y: Tensor, **kwargs: Any) -> GPARModel:
@@ -544,7 +427,8 @@ class GPARModel(Model):
 
         Returns:
             A new ``GPARModel``; this model is unchanged. Its conditionals
-            normalise and standardise the combined data afresh.
+            normalise and standardise the combined data afresh
+            (``load_state_dict(..., keep_transforms=False)``).
         """
         if kwargs:
             raise TypeError(
@@ -564,85 +448,87 @@ class GPARModel(Model):
         model = GPARModel(
             torch.cat([self.train_X, X]), torch.cat([self.train_Y, Y.to(self.train_Y)]), **options
         )
-        missing, unexpected = model.load_state_dict(self.hyperparameters(), strict=False)
-        lost = [k for k in missing if not _derived_from_data(k)] + list(unexpected)
-        if lost:
+        missing, unexpected = model.load_state_dict(
+            self.state_dict(), strict=False, keep_transforms=False
+        )
+        if missing or unexpected:
             raise ValueError(
                 "The conditioned model's hyperparameters do not match this model's "
-                f"(e.g. {lost[0]!r}): the combined data crosses SPARSE_ABOVE "
-                f"({SPARSE_ABOVE} rows), which turns exact conditionals sparse. Build "
-                "the model with num_inducing to keep it sparse throughout."
+                f"(e.g. {(missing + unexpected)[0]!r}): the combined data crosses "
+                f"SPARSE_ABOVE ({spec.SPARSE_ABOVE} rows), which turns exact conditionals "
+                "sparse. Build the model with num_inducing to keep it sparse throughout."
             )
         return model
 
-    def hyperparameters(self) -> dict[str, Tensor]:
-        """The state dict without what a model derives from its own data.
+    def load_state_dict(
+        self, state_dict: dict[str, Any], strict: bool = True, keep_transforms: bool = True
+    ) -> _Keys:
+        r"""Load hyperparameters (BoTorch's signature), then recompute fed values.
 
-        For carrying fitted hyperparameters over to a model on other data
-        (``load_state_dict(..., strict=False)``), which then normalises and
-        standardises its own data and keeps its own constraint bounds (the
-        paper conventions' noise floor scales with the targets' variance).
+        The state's *data-derived* entries are each conditional's input and
+        outcome transforms (normalisation bounds, standardisation statistics),
+        the model's ``outcome_transform`` and the constraint bounds (the paper
+        conventions' noise floor scales with the targets' variance); the rest
+        are hyperparameters.
+
+        Args:
+            state_dict: A ``state_dict()`` of a ``GPARModel`` with the same
+                options (or part of one).
+            strict: Whether the keys must match exactly (with
+                ``keep_transforms=False``: the hyperparameters' keys).
+            keep_transforms: As in BoTorch: keep the state's transforms. They are
+                loaded with the hyperparameters, and this model's data is
+                re-expressed under them (its outputs transformed and its targets
+                standardised with the loaded statistics), so the model predicts as
+                the state's model would with this model's data: for a state of a
+                model on the same data, exactly as it does. If False, the
+                data-derived entries are not loaded and this model keeps those of
+                its own data: what carrying fitted hyperparameters over to a model
+                on other data needs (e.g. ``condition_on_observations``).
+
+        Afterwards the values fed forward where imputing or denoising, and fixed
+        inducing inputs, are recomputed with the loaded hyperparameters.
+
+        Returns:
+            The missing and unexpected keys (with ``keep_transforms=False``,
+            hyperparameters only: data-derived entries are never missing).
         """
-        return {k: v for k, v in self.state_dict().items() if not _derived_from_data(k)}
-
-    def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> Any:
-        """Load hyperparameters, then recompute imputed/denoised inputs."""
-        result = super().load_state_dict(state_dict, strict=strict)
-        self.fed_Y = self.modelled_Y.clone()
-        for m, gp in enumerate(self.conditionals):
-            if self._inputs_depend_on_fit(m):
-                self.conditionals[m] = self._build_conditional(m, reuse=gp)
-            self._update_fed_values(m)
+        if keep_transforms:
+            result = Module.load_state_dict(self, state_dict, strict=strict)
+            if hasattr(self, "outcome_transform"):
+                self.modelled_Y = self.outcome_transform(self.train_Y)[0]
+        else:
+            hyperparameters = {k: v for k, v in state_dict.items() if not _derived_from_data(k)}
+            Module.load_state_dict(self, hyperparameters, strict=False)
+            expected = set(self.hyperparameters())
+            result = _Keys(
+                sorted(expected - set(hyperparameters)), sorted(set(hyperparameters) - expected)
+            )
+            if strict and (result.missing_keys or result.unexpected_keys):
+                raise RuntimeError(
+                    f"Error(s) in loading hyperparameters for {type(self).__name__}: "
+                    f"missing keys {result.missing_keys}, unexpected keys "
+                    f"{result.unexpected_keys}."
+                )
+        self._refeed(rebuild_all=keep_transforms)
         return result
 
-    def _inputs_depend_on_fit(self, m: int) -> bool:
-        """Whether conditional m's (inducing) inputs come from earlier fits."""
-        if m == 0:
-            return False
-        sparse = isinstance(self.conditionals[m].covar_module, InducingPointKernel)
-        return self.impute or self.denoise or (sparse and not self.learn_inducing_points)
+    def hyperparameters(self) -> dict[str, Tensor]:
+        """The state dict without its data-derived entries (see ``load_state_dict``):
+        what ``load_state_dict(..., keep_transforms=False)`` loads."""
+        return {k: v for k, v in self.state_dict().items() if not _derived_from_data(k)}
+
+
+class _Keys(NamedTuple):
+    """Missing and unexpected keys of ``load_state_dict``, as ``torch.nn.Module`` returns."""
+
+    missing_keys: list[str]
+    unexpected_keys: list[str]
 
 
 def _derived_from_data(key: str) -> bool:
     """Whether a state-dict entry is an input/outcome transform or a constraint bound."""
     return "_transform." in key or "_constraint." in key
-
-
-def _paper_likelihood(targets: Tensor) -> GaussianLikelihood:
-    """A prior-free Gaussian likelihood for targets in their own units.
-
-    BoTorch's noise floor is meant for standardised targets and the reference
-    starts the noise at 0.1 for data of about unit variance; here both scale
-    with the targets' variance, so outputs such as small error rates work too.
-    """
-    variance = targets.var() if len(targets) > 1 else targets.new_ones(())
-    variance = torch.where(variance > 0, variance, torch.ones_like(variance))
-    return GaussianLikelihood(
-        noise_constraint=GreaterThan(
-            MIN_INFERRED_NOISE_LEVEL * variance.item(),
-            transform=None,
-            initial_value=0.1 * variance.item(),
-        )
-    )
-
-
-class _PredictionCache:
-    """Predictors of a model's conditionals and the key they were built for."""
-
-    def __init__(
-        self, conditionals: list[SingleTaskGP], state: list[Tensor], predictors: list[ConditionalPredictor]
-    ) -> None:
-        self.conditionals = conditionals  # the modules themselves, not copies
-        self.state = [t.clone() for t in state]
-        self.predictors = predictors
-        self.shared = SharedBlockCache()
-
-    def matches(self, conditionals: list[SingleTaskGP], state: list[Tensor]) -> bool:
-        return (
-            len(conditionals) == len(self.conditionals)
-            and all(a is b for a, b in zip(conditionals, self.conditionals))
-            and same_tensors(state, self.state)
-        )
 
 
 class GPARMarginalLogLikelihood(torch.nn.Module):

@@ -89,8 +89,8 @@ def _extend(
         fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model))
         return model
     # Reuse the earlier conditionals' hyperparameters (this also rebuilds the
-    # imputed inputs), then fit only the new conditional.
-    model.load_state_dict(fitted.hyperparameters(), strict=False)
+    # imputed inputs; the candidate has other rows), then fit only the new conditional.
+    model.load_state_dict(fitted.state_dict(), strict=False, keep_transforms=False)
     last = model.conditionals[-1]
     fit_gpytorch_mll(ExactMarginalLogLikelihood(last.likelihood, last))
     model.eval()

@@ -61,7 +61,8 @@ class ConditionalPredictor:
 
     def __init__(self, gp: SingleTaskGP, train_inputs: Tensor) -> None:
         gp.eval()
-        self.gp = gp
+        # The modules that evaluate new inputs (not the GP: no back-reference).
+        self.input_transform, self.mean_module = gp.input_transform, gp.mean_module
         self.y_mean, self.y_std = output_scaling(gp)
         covar = gp.covar_module
         self.kernel = covar.base_kernel if isinstance(covar, InducingPointKernel) else covar
@@ -80,12 +81,12 @@ class ConditionalPredictor:
 
     def features(self, Z: Tensor) -> Features:
         """Mean and whitened cross-covariances at ``Z`` (``batch x p x D``)."""
-        Z = self.gp.input_transform(Z)
+        Z = self.input_transform(Z)
         # One (batch * p) x n kernel matrix: GPyTorch would otherwise expand
         # the training inputs to Z's batch shape and run tiny batched GEMMs.
         flat = Z.reshape(-1, Z.shape[-1])
         cross = self.kernel(flat, self.anchors).to_dense().view(*Z.shape[:-1], -1)
-        mean = self.gp.mean_module(Z) + (cross @ self.weights).squeeze(-1)
+        mean = self.mean_module(Z) + (cross @ self.weights).squeeze(-1)
         return Features(Z, mean * self.y_std + self.y_mean, cross @ self.root)
 
     def covariance(self, a: Features, b: Features) -> Tensor:

@@ -202,7 +202,7 @@ def test_output_indices_untransform_their_own_outputs() -> None:
 def test_condition_on_observations_rejects_what_it_cannot_honour(
     curve_model: GPARModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import gpar_bo.model as model_module
+    import gpar_bo.conditionals as conditionals_module
 
     x_new = torch.tensor([[0.5, 0.5]], dtype=torch.double)
     y_new = torch.tensor([[0.8, 0.3, NAN, NAN, NAN]], dtype=torch.double)
@@ -211,7 +211,7 @@ def test_condition_on_observations_rejects_what_it_cannot_honour(
     with pytest.raises(ValueError, match="batched conditioning"):
         curve_model.condition_on_observations(x_new.unsqueeze(0), y_new.unsqueeze(0))
     # More data turning exact conditionals sparse would silently reset their kernels.
-    monkeypatch.setattr(model_module, "SPARSE_ABOVE", len(curve_model.train_X))
+    monkeypatch.setattr(conditionals_module, "SPARSE_ABOVE", len(curve_model.train_X))
     with pytest.raises(ValueError, match="SPARSE_ABOVE"):
         curve_model.condition_on_observations(x_new, y_new)
 

@@ -9,7 +9,7 @@ from botorch.models.transforms.input import Normalize
 from tests.helpers import fit
 from gpytorch.kernels import InducingPointKernel, RBFKernel
 
-import gpar_bo.model
+import gpar_bo.conditionals
 from gpar_bo import GPARModel
 from gpar_bo.prediction import ConditionalPredictor
 
@@ -59,8 +59,8 @@ def test_learned_inducing_points_move() -> None:
 
 
 def test_sparse_is_used_automatically_above_the_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gpar_bo.model, "SPARSE_ABOVE", 100)
-    monkeypatch.setattr(gpar_bo.model, "DEFAULT_NUM_INDUCING", 20)
+    monkeypatch.setattr(gpar_bo.conditionals, "SPARSE_ABOVE", 100)
+    monkeypatch.setattr(gpar_bo.conditionals, "DEFAULT_NUM_INDUCING", 20)
     x, y = _data(150)
     y[90:, 1] = float("nan")  # output 2 has 90 rows: stays exact
     model = GPARModel(x, y)
