@@ -212,16 +212,20 @@ def with_training_data(
         gp.covar_module.inducing_points.data = gp.input_transform(inducing_inputs)
     outcome_transform = getattr(gp, "outcome_transform", None)
     if outcome_transform is not None:
+        # SingleTaskGP would refit a transform it is given to the new targets.
         outcome_transform.eval()
+        targets, _ = outcome_transform(targets)
     rebuilt = SingleTaskGP(
         inputs,
         targets,
         likelihood=gp.likelihood,
         covar_module=gp.covar_module,
         mean_module=gp.mean_module,
-        outcome_transform=outcome_transform,
+        outcome_transform=None,
         input_transform=gp.input_transform,
     )
+    if outcome_transform is not None:
+        rebuilt.outcome_transform = outcome_transform
     return rebuilt.to(inputs)
 
 

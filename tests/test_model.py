@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 from botorch.models import SingleTaskGP
+from botorch.models.transforms.input import Normalize
 from botorch.models.transforms.outcome import Log, Standardize
 from gpytorch.kernels import MaternKernel, RBFKernel, ScaleKernel
 from gpytorch.means import ZeroMean
@@ -347,3 +348,99 @@ def test_conditional_fits_default_to_the_relative_tolerance_and_accept_overrides
     assert all(k["optimizer_kwargs"]["options"] == {"ftol": 1e-9, "maxiter": 7} for k in seen)
     fit_with(optimizer=fit_gpytorch_mll_torch, optimizer_kwargs={"step_limit": 3})
     assert all(k["optimizer_kwargs"] == {"step_limit": 3} for k in seen)
+
+
+# ------------------------------------------------- carrying hyperparameters
+def _curves(n: int, seed: int, impute: bool, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    X, Y = partial_curves(n=n, seed=seed)
+    if impute:
+        Y[4, 1] = NAN  # skips output 1, observes output 2
+    return X, scale * Y + (scale - 1.0)
+
+
+def _hyperparameters(state: dict) -> dict:
+    return {k: v for k, v in state.items() if "_transform." not in k and "_constraint." not in k}
+
+
+@pytest.mark.parametrize("options", [{"denoise": True}, {"impute": True}], ids=["denoise", "impute"])
+def test_hyperparameters_carried_to_other_data_refeed_with_that_datas_transforms(
+    options: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gpar_bo.model as model_module
+
+    impute = options.get("impute", False)
+    source = fit(GPARModel(*_curves(30, 0, impute), **options))
+    # Other runs, outputs in other units: other transforms.
+    X, Y = _curves(25, 1, impute, scale=3.0)
+    carried = GPARModel(X, Y, **options)
+    carried.load_state_dict(source.state_dict(), strict=True, keep_transforms=False)
+
+    # Reference: the same data "fitted" by setting each conditional to the source's
+    # hyperparameters, in order: the fit rebuilds each conditional's inputs from
+    # the conditionals before it, independently of load_state_dict.
+    fitted = iter(source.conditionals)
+
+    def set_hyperparameters(mll, **kwargs) -> None:  # noqa: ANN001, ANN003
+        mll.model.load_state_dict(_hyperparameters(next(fitted).state_dict()), strict=False)
+
+    monkeypatch.setattr(model_module, "fit_gpytorch_mll", set_hyperparameters)
+    reference = fit(GPARModel(X, Y, **options))
+    fresh = GPARModel(X, Y, **options)
+
+    # Fed values are recomputed with the loaded hyperparameters ...
+    assert not torch.allclose(fresh.fed_Y, reference.fed_Y, equal_nan=True)
+    torch.testing.assert_close(carried.fed_Y, reference.fed_Y, equal_nan=True)
+    # ... the transforms stay those of this model's data ...
+    for ours, theirs, other in zip(carried.conditionals, fresh.conditionals, source.conditionals):
+        torch.testing.assert_close(ours.input_transform.bounds, theirs.input_transform.bounds)
+        torch.testing.assert_close(ours.outcome_transform.means, theirs.outcome_transform.means)
+        assert not torch.allclose(ours.outcome_transform.means, other.outcome_transform.means)
+    # ... so the posterior is the reference's.
+    X_test = torch.rand(4, 2, 2, dtype=torch.double, generator=torch.Generator().manual_seed(2))
+    base = torch.randn(8, 4, 2, Y.shape[-1], dtype=torch.double)
+    torch.testing.assert_close(
+        carried.posterior(X_test).rsample_from_base_samples(torch.Size([8]), base),
+        reference.posterior(X_test).rsample_from_base_samples(torch.Size([8]), base),
+    )
+
+
+def test_keep_transforms_loads_the_states_transforms_as_botorch_does() -> None:
+    # One output: GPAR is a SingleTaskGP, so BoTorch's own load_state_dict with
+    # keep_transforms=True is the reference.
+    X1 = torch.rand(15, 2, dtype=torch.double, generator=torch.Generator().manual_seed(1))
+    X2 = 0.5 + torch.rand(12, 2, dtype=torch.double, generator=torch.Generator().manual_seed(2))
+    source = fit(GPARModel(X1, torch.sin(6 * X1[:, :1])))
+    Y2 = 2.0 + torch.cos(4 * X2[:, :1])
+    carried = GPARModel(X2, Y2)
+    carried.load_state_dict(source.state_dict())
+    gp = source.conditionals[0]
+    reference = SingleTaskGP(
+        X2, Y2, input_transform=Normalize(2, bounds=carried.conditionals[0].input_transform.bounds)
+    )
+    reference.load_state_dict(gp.state_dict(), keep_transforms=True)
+    reference.eval()
+    torch.testing.assert_close(
+        carried.conditionals[0].input_transform.bounds, gp.input_transform.bounds
+    )
+    X_test = torch.rand(5, 1, 2, dtype=torch.double)
+    ours, theirs = carried.posterior(X_test), reference.posterior(X_test)
+    torch.testing.assert_close(ours.mean, theirs.mean)
+    torch.testing.assert_close(ours.variance, theirs.variance)
+
+
+def test_load_state_dict_strictness_counts_hyperparameters_only(curve_model: GPARModel) -> None:
+    X, Y = curve_model.train_X, curve_model.train_Y
+    fewer = GPARModel(X, Y[:, :3])
+    state = curve_model.state_dict()
+    with pytest.raises(RuntimeError, match="unexpected keys"):
+        fewer.load_state_dict(state, keep_transforms=False)
+    missing, unexpected = fewer.load_state_dict(state, strict=False, keep_transforms=False)
+    assert not missing and unexpected and all(k.startswith("conditionals.3.") or
+                                              k.startswith("conditionals.4.") for k in unexpected)
+    # Data-derived entries are neither needed nor loaded.
+    hyperparameters = _hyperparameters(state)
+    assert len(hyperparameters) < len(state)
+    same = GPARModel(X, Y)
+    assert same.load_state_dict(hyperparameters, keep_transforms=False) == ([], [])
+    with pytest.raises(RuntimeError, match="Missing key"):
+        same.load_state_dict(hyperparameters, keep_transforms=True)
