@@ -8,6 +8,11 @@ training Cholesky factor and the weights ``K^{-1} (y - mu)`` are computed once
 per ``GPARModel.posterior`` call, and test inputs are reduced to their mean and
 "whitened" cross-covariances ``L^{-1} k(X_train, z)``, from which any
 posterior covariance is one matrix product.
+
+The exact predictive is GPyTorch's; the sparse one is the predictive of Titsias'
+bound, which is GPyTorch's SGPR mean (without its default FITC-like diagonal
+correction) and GPyTorch's SGPR covariance plus the prior's remainder ``K - Q``
+(``tests/test_prediction.py`` pins both to GPyTorch).
 """
 
 from __future__ import annotations
