@@ -444,7 +444,8 @@ class GPARModel(Model):
         if Y.dim() != 2 or Y.shape[-1] != self.num_outputs:
             raise ValueError(f"Y must be `n x {self.num_outputs}`; got {tuple(Y.shape)}.")
         # A copy: the new model fits its outcome transform to the combined data.
-        options = {**self._options, "outcome_transform": deepcopy(self._options["outcome_transform"])}
+        outcome_transform = deepcopy(self._options["outcome_transform"])
+        options = {**self._options, "outcome_transform": outcome_transform}
         model = GPARModel(
             torch.cat([self.train_X, X]), torch.cat([self.train_Y, Y.to(self.train_Y)]), **options
         )

@@ -77,7 +77,9 @@ class ConditionalPredictor:
             noise = gp.likelihood.noise.squeeze(-1)
             if isinstance(covar, InducingPointKernel):
                 self.anchors = covar.inducing_points.detach()
-                self.weights, root = _sparse_cache(self.kernel, self.anchors, inputs, residual, noise)
+                self.weights, root = _sparse_cache(
+                    self.kernel, self.anchors, inputs, residual, noise
+                )
             else:
                 self.anchors = inputs
                 self.weights, root = _exact_cache(self.kernel, inputs, residual, noise)
