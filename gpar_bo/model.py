@@ -24,11 +24,9 @@ from typing import Any, NamedTuple
 import torch
 from botorch.acquisition.objective import PosteriorTransform
 from botorch.fit import fit_gpytorch_mll
-from botorch.models import SingleTaskGP
 from botorch.models.model import Model
 from botorch.models.transforms.outcome import OutcomeTransform
 from botorch.posteriors import Posterior
-from gpytorch.kernels import InducingPointKernel
 from gpytorch.likelihoods import Likelihood
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.settings import lazily_evaluate_kernels
@@ -36,10 +34,11 @@ from torch import Tensor
 from torch.nn import Module, ModuleList
 
 from gpar_bo import conditionals as spec
+from gpar_bo.chain import ChainOptions, TrainingChain
 from gpar_bo.data import check_inputs, check_training_data, resolve_output_names
 from gpar_bo.kernels import Conventions, KernelFamily
 from gpar_bo.posterior import GPARPosterior
-from gpar_bo.prediction import ConditionalPredictor, output_scaling
+from gpar_bo.prediction import output_scaling
 from gpar_bo.prepared import PredictorCache
 from gpar_bo.transformed import transformed, untransformed
 
@@ -163,15 +162,22 @@ class GPARModel(Model):
             self.outcome_transform = outcome_transform
         else:
             modelled_Y = train_Y
-        self.modelled_Y = modelled_Y
-        # Values fed into later conditionals: observations, overwritten by
-        # posterior means where imputing or denoising.
-        self.fed_Y = modelled_Y.clone()
+        options = ChainOptions(
+            family=self.kernel_family,
+            conventions=self.conventions,
+            use_rbf_kernel=use_rbf_kernel,
+            markov=markov,
+            impute=impute,
+            denoise=denoise,
+            num_inducing=num_inducing,
+            learn_inducing_points=learn_inducing_points,
+        )
+        self._chain = TrainingChain(train_X, modelled_Y, observed, options)
         self._predictor_cache = PredictorCache()
         self.conditionals = ModuleList()
         for m in range(self.num_outputs):
-            self.conditionals.append(self._new_conditional(m))
-            self._feed(m)
+            self.conditionals.append(self._chain.new_conditional(m, self.conditionals))
+            self._chain.feed(m, self.conditionals[m])
 
     # ------------------------------------------------------------------ shape
     @property
@@ -198,84 +204,18 @@ class GPARModel(Model):
 
     def window(self, m: int) -> list[int]:
         """The earlier outputs conditional ``m`` sees."""
-        return spec.window(m, self.markov)
+        return self._chain.window(m)
 
-    # ------------------------------------------------------------ the chain
-    def _inputs(self, m: int, rows: Tensor | slice = slice(None)) -> Tensor:
-        return spec.conditional_inputs(self.train_X, self.fed_Y, self.window(m), rows)
+    @property
+    def modelled_Y(self) -> Tensor:
+        """``n x M`` outputs as modelled (after ``outcome_transform``)."""
+        return self._chain.modelled_Y
 
-    def _training_data(self, m: int) -> tuple[Tensor, Tensor]:
-        """Conditional ``m``'s inputs and targets: the rows that observed output ``m``."""
-        rows = self.observed[:, m]
-        return self._inputs(m, rows), self.modelled_Y[rows, m : m + 1]
-
-    def _new_conditional(self, m: int) -> SingleTaskGP:
-        """The unfitted GP of conditional ``m``."""
-        inputs, targets = self._training_data(m)
-        window = self.window(m)
-        bounds = spec.input_bounds(
-            [self.train_X] + [self.modelled_Y[self.observed[:, j], j : j + 1] for j in window]
-        )
-        return spec.conditional_gp(
-            inputs,
-            targets,
-            bounds,
-            x_dims=self.train_X.shape[-1],
-            family=self.kernel_family,
-            use_rbf_kernel=self.use_rbf_kernel,
-            conventions=self.conventions,
-            inducing_inputs=self._inducing_inputs(m, len(targets)),
-            learn_inducing_points=self.learn_inducing_points,
-        )
-
-    def _rebuild(self, m: int) -> None:
-        """Conditional ``m`` with its hyperparameters on its current data."""
-        gp = self.conditionals[m]
-        sparse = isinstance(gp.covar_module, InducingPointKernel)
-        inputs, targets = self._training_data(m)
-        inducing = None
-        if sparse and not self.learn_inducing_points:
-            inducing = self._inducing_inputs(m, len(targets))
-        self.conditionals[m] = spec.with_training_data(gp, inputs, targets, inducing)
-
-    def _inducing_inputs(self, m: int, num_rows: int) -> Tensor | None:
-        """Conditional ``m``'s untransformed inducing inputs, or None if it is exact."""
-        num = spec.num_inducing(self.num_inducing, num_rows)
-        if not num:
-            return None
-        predictors = [
-            ConditionalPredictor(self.conditionals[j], self._inputs(j, self.observed[:, j]))
-            for j in range(m)
-        ]
-        x = spec.regular_inputs(self.train_X, num)
-        return spec.inducing_inputs(
-            x, predictors, [self.window(j) for j in range(m)], self.window(m)
-        )
-
-    def _feed(self, m: int) -> None:
-        """Impute and/or denoise output ``m`` where later conditionals need it."""
-        rows = spec.fed_rows(self.observed, m, self.impute, self.denoise)
-        if not rows.any():
-            return
-        predictor = ConditionalPredictor(self.conditionals[m], self._inputs(m, self.observed[:, m]))
-        with torch.no_grad():
-            mean, _ = predictor(self._inputs(m, rows).unsqueeze(-2), joint=False)
-        self.fed_Y[rows, m] = mean.squeeze(-1)
-
-    def _inputs_depend_on_fit(self, m: int) -> bool:
-        """Whether conditional m's (inducing) inputs come from earlier fits."""
-        if m == 0:
-            return False
-        sparse = isinstance(self.conditionals[m].covar_module, InducingPointKernel)
-        return self.impute or self.denoise or (sparse and not self.learn_inducing_points)
-
-    def _refeed(self, rebuild_all: bool = False) -> None:
-        """Recompute the fed values in order, rebuilding the conditionals that see them."""
-        self.fed_Y = self.modelled_Y.clone()
-        for m in range(self.num_outputs):
-            if rebuild_all or self._inputs_depend_on_fit(m):
-                self._rebuild(m)
-            self._feed(m)
+    @property
+    def fed_Y(self) -> Tensor:
+        """``n x M`` values fed into later conditionals: observations, or posterior
+        means where imputing or denoising."""
+        return self._chain.fed_Y
 
     # ---------------------------------------------------------------- fitting
     def custom_fit(self, mll: Any = None, **kwargs: Any) -> Any:
@@ -295,10 +235,11 @@ class GPARModel(Model):
             optimizer_kwargs = dict(kwargs.pop("optimizer_kwargs", None) or {})
             options = {"ftol": FIT_FTOL, **optimizer_kwargs.get("options", {})}
             kwargs["optimizer_kwargs"] = {**optimizer_kwargs, "options": options}
+        chain, conditionals = self._chain, self.conditionals
         for m in range(self.num_outputs):
-            if self._inputs_depend_on_fit(m):
-                self._rebuild(m)
-            gp = self.conditionals[m]
+            if chain.depends_on_fit(m, conditionals[m]):
+                conditionals[m] = chain.rebuilt(m, conditionals[m], conditionals)
+            gp = conditionals[m]
             try:
                 # Each evaluation builds small kernel matrices, for which lazy
                 # kernel tensors are overhead rather than savings.
@@ -309,7 +250,7 @@ class GPARModel(Model):
                     f"Fitting the conditional of output {self.output_names[m]!r} "
                     f"failed: {error}"
                 ) from error
-            self._feed(m)
+            chain.feed(m, gp)
         self.eval()
         return mll
 
@@ -497,7 +438,7 @@ class GPARModel(Model):
         if keep_transforms:
             result = Module.load_state_dict(self, state_dict, strict=strict)
             if hasattr(self, "outcome_transform"):
-                self.modelled_Y = self.outcome_transform(self.train_Y)[0]
+                self._chain.modelled_Y = self.outcome_transform(self.train_Y)[0]
         else:
             hyperparameters = {k: v for k, v in state_dict.items() if not _derived_from_data(k)}
             Module.load_state_dict(self, hyperparameters, strict=False)
@@ -511,7 +452,7 @@ class GPARModel(Model):
                     f"missing keys {result.missing_keys}, unexpected keys "
                     f"{result.unexpected_keys}."
                 )
-        self._refeed(rebuild_all=keep_transforms)
+        self._chain.refeed(self.conditionals, rebuild_all=keep_transforms)
         return result
 
     def hyperparameters(self) -> dict[str, Tensor]:
