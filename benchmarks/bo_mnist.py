@@ -241,7 +241,7 @@ def report(
     runs = {m: t for m, t in runs.items() if t}
     best = problem.best_final_error
     before = float(problem.final_error.median()) - best
-    rows = analysis.summarise(runs, best, before, args.budget)
+    rows = analysis.summarize(runs, best, before, args.budget)
     tests = analysis.comparisons(runs, best, before, args.budget)
     targets = analysis.check_targets(runs, best, before, args.budget)
     spent = analysis.spending(runs, problem.final_error.tolist())

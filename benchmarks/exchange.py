@@ -59,7 +59,7 @@ MODELS = [
 ]
 
 
-def standardise(Y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def standardize(Y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Columns of ``n x M`` ``Y`` (NaN = missing) to zero mean, unit variance; also mean, std."""
     observed = ~Y.isnan()
     mean = Y.nansum(0) / observed.sum(0)
@@ -81,7 +81,7 @@ def predict(
         The ``251 x 13`` means in data units, the seconds taken and the log evidence.
     """
     start = time.perf_counter()
-    Y, mean, std = standardise(data.train_Y)
+    Y, mean, std = standardize(data.train_Y)
     model = GPARModel(data.days, Y[:, order], kernel="L-NL", markov=markov, impute=True)
     options = {} if ftol is None else {"optimizer_kwargs": {"options": {"ftol": ftol}}}
     fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model), **options)
@@ -161,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
         data[convention] = d = quick_subset(d) if args.quick else d
         torch.manual_seed(args.seed)
         start = time.perf_counter()
-        Y, _, _ = standardise(d.train_Y)
+        Y, _, _ = standardize(d.train_Y)
         order = greedy_output_order(d.days, Y, pinned_last=d.target_indices(), kernel="L-NL")
         ordering_seconds = time.perf_counter() - start
         orders[convention] = [d.names[j] for j in order]

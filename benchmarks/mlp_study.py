@@ -415,7 +415,7 @@ def run_reference(split: Split, python: str, workdir: Path, iters: int = REF_ITE
 
 
 # ------------------------------------------------------------------------ report
-def summarise(records: list[dict], models: Sequence[str]) -> list[dict]:
+def summarize(records: list[dict], models: Sequence[str]) -> list[dict]:
     """Mean and standard error over seeds, per model and checkpoint."""
     rows = []
     for name in models:
@@ -676,7 +676,7 @@ def run(args: argparse.Namespace) -> int:
                                             for k, v in res.items()}}) + "\n")
             bar.update(1)
     bar.close()
-    summary = summarise(records, models)
+    summary = summarize(records, models)
     table = format_table(summary)
     print(table)
     for failure in failures:

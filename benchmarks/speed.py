@@ -125,7 +125,7 @@ def reference_versions(python: str) -> str:
     return ", ".join(line for line in freeze.splitlines() if line.lower().startswith(keep))
 
 
-def summarise(setting: str, runs: dict[str, list[dict]], phase: str = "cold") -> list[dict]:
+def summarize(setting: str, runs: dict[str, list[dict]], phase: str = "cold") -> list[dict]:
     """Median timings and SMSE per implementation, and speed-ups over the reference.
 
     ``runs`` maps a side ("reference" and one entry per conventions of ours) to one
@@ -225,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
                 timings = {k: {m: round(v, 3) for m, v in r[-1].items() if not m.startswith("means")}
                            for k, r in phase_runs.items() if r}
                 print(setting, phase, seed, timings, flush=True)
-        rows += [row for phase in PHASES for row in summarise(setting, runs[setting][phase], phase)]
+        rows += [row for phase in PHASES for row in summarize(setting, runs[setting][phase], phase)]
     name = "speed_reference_quick" if args.quick else "speed_reference"
     args.out.mkdir(parents=True, exist_ok=True)
     plot(rows, args.out / f"{name}.png")

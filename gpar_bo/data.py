@@ -71,6 +71,11 @@ def check_training_data(train_X: Tensor, train_Y: Tensor, impute: bool) -> Tenso
         An ``n x M`` boolean tensor, True where ``train_Y`` is observed.
     """
     check_inputs(train_X, name="train_X")
+    if train_X.dtype not in (torch.float32, torch.float64):
+        raise TypeError(
+            f"train_X is {train_X.dtype}; GPAR needs float32 or float64 (its Cholesky "
+            "factorisations are not available in lower precision)."
+        )
     if train_X.dim() != 2:
         raise ValueError(f"train_X must be `n x d`; got shape {tuple(train_X.shape)}.")
     if not torch.is_tensor(train_Y) or train_Y.dim() != 2:

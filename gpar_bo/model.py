@@ -19,53 +19,36 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from copy import deepcopy
-from itertools import chain
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
-from botorch.acquisition.objective import (
-    PosteriorTransform,
-    ScalarizedPosteriorTransform,
-)
+from botorch.acquisition.objective import PosteriorTransform
 from botorch.fit import fit_gpytorch_mll
-from botorch.models import SingleTaskGP
 from botorch.models.model import Model
-from botorch.models.transforms.input import Normalize
-from botorch.models.transforms.outcome import OutcomeTransform, Standardize
-from botorch.models.utils.gpytorch_modules import (
-    MIN_INFERRED_NOISE_LEVEL,
-    get_gaussian_likelihood_with_lognormal_prior,
-)
+from botorch.models.transforms.outcome import OutcomeTransform
 from botorch.posteriors import Posterior
-from gpytorch.constraints import GreaterThan
-from gpytorch.kernels import InducingPointKernel
-from gpytorch.likelihoods import GaussianLikelihood, Likelihood
-from gpytorch.means import ZeroMean
+from gpytorch.likelihoods import Likelihood
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.settings import lazily_evaluate_kernels
 from torch import Tensor
-from torch.nn import ModuleList
-from torch.quasirandom import SobolEngine
+from torch.nn import Module, ModuleList
 
+from gpar_bo import conditionals as spec
+from gpar_bo.chain import ChainOptions, TrainingChain
 from gpar_bo.data import check_inputs, check_training_data, resolve_output_names
-from gpar_bo.kernels import Conventions, KernelFamily, conditional_kernel
-from gpar_bo.posterior import GPARPosterior, SharedBlockCache, same_tensors
-from gpar_bo.prediction import ConditionalPredictor, output_scaling
-
-
-#: Conditionals with more training rows than this use inducing points by default.
-SPARSE_ABOVE = 1000
-#: Inducing points per conditional when they are switched on automatically.
-DEFAULT_NUM_INDUCING = 256
+from gpar_bo.kernels import Conventions, KernelFamily
+from gpar_bo.posterior import GPARPosterior
+from gpar_bo.prediction import output_scaling
+from gpar_bo.prepared import PredictorCache
+from gpar_bo.transformed import transformed, untransformed
 
 #: L-BFGS-B's relative tolerance on the loss (BoTorch's mll is per data point) for
-#: the conditionals' fits. SciPy's default (2.2e-9) lets the later conditionals of
-#: learning-curve data run for 1,000-2,000 iterations, shrinking a redundant
-#: kernel's scale or the noise towards zero for log-evidence gains that do not
-#: improve predictions (held-out SMSE unchanged; see the README); 1e-6 stops them
-#: after tens of iterations. It is a trade-off, not free: on the exchange-rate data
-#: (13 outputs with imputation) it stops several conditionals during a slow stretch
-#: that later pays off (log evidence 1378 vs 1524, SMSE 0.059 vs 0.030). Pass
+#: the conditionals' fits. At SciPy's default (2.2e-9) the later conditionals of
+#: learning-curve data run for very many iterations, shrinking a redundant kernel's
+#: scale or the noise towards zero for log-evidence gains that do not improve
+#: predictions. It is a trade-off, not free: it can also stop a fit during a slow
+#: stretch that later pays off (the exchange-rate benchmark,
+#: ``benchmarks/results/exchange.md``, reports both tolerances). Pass
 #: ``optimizer_kwargs={"options": {"ftol": ...}}`` to override, and compare
 #: ``conditional_log_evidences()`` when in doubt.
 FIT_FTOL = 1e-6
@@ -98,8 +81,8 @@ class GPARModel(Model):
         num_inducing: Fit every conditional with the variational inducing-point
             method of Titsias (2009) (GPyTorch's ``InducingPointKernel``, the
             collapsed SGPR bound) with this many inducing points. By default a
-            conditional with more than ``SPARSE_ABOVE`` (1,000) training rows
-            uses ``DEFAULT_NUM_INDUCING`` (256), the others are exact. As in the
+            conditional with more than ``conditionals.SPARSE_ABOVE`` (1,000) training
+            rows uses ``conditionals.DEFAULT_NUM_INDUCING`` (256), the others are exact. As in the
             paper, inducing inputs are fixed and regularly spaced in x (a grid
             for one input, a Sobol sequence otherwise) and, for the earlier
             outputs, the earlier conditionals' posterior means at those x.
@@ -111,6 +94,7 @@ class GPARModel(Model):
             kernel, maximum likelihood without priors, noise started at a tenth
             of the targets' variance), as in the paper's synthetic experiments
             and the authors' package with ``normalise_y=False``. See ``Conventions``.
+            The paper's conventions need float64 data; BoTorch's also run in float32.
     """
 
     def __init__(
@@ -149,13 +133,19 @@ class GPARModel(Model):
             raise ValueError(f"num_inducing must be None or >= 1; got {num_inducing}.")
         self.output_names = resolve_output_names(output_names, train_Y.shape[-1])
         self.kernel_family = KernelFamily(kernel)
+        self.conventions = Conventions(conventions)
+        if self.conventions is Conventions.PAPER and train_X.dtype != torch.float64:
+            raise ValueError(
+                f'conventions="paper" needs float64 data (got {train_X.dtype}): zero-mean '
+                "GPs on raw outputs with a noise floor of 1e-4 of their variance are too "
+                "ill-conditioned for float32."
+            )
         self.markov = markov
         self.impute = impute
         self.denoise = denoise
         self.use_rbf_kernel = use_rbf_kernel
         self.num_inducing = num_inducing
         self.learn_inducing_points = learn_inducing_points
-        self.conventions = Conventions(conventions)
         self.train_X = train_X
         self.train_Y = train_Y
         self.observed = observed
@@ -172,15 +162,22 @@ class GPARModel(Model):
             self.outcome_transform = outcome_transform
         else:
             modelled_Y = train_Y
-        self.modelled_Y = modelled_Y
-        # Values fed into later conditionals: observations, overwritten by
-        # posterior means where imputing or denoising.
-        self.fed_Y = modelled_Y.clone()
-        self._cached_prediction: _PredictionCache | None = None
+        options = ChainOptions(
+            family=self.kernel_family,
+            conventions=self.conventions,
+            use_rbf_kernel=use_rbf_kernel,
+            markov=markov,
+            impute=impute,
+            denoise=denoise,
+            num_inducing=num_inducing,
+            learn_inducing_points=learn_inducing_points,
+        )
+        self._chain = TrainingChain(train_X, modelled_Y, observed, options)
+        self._predictor_cache = PredictorCache()
         self.conditionals = ModuleList()
         for m in range(self.num_outputs):
-            self.conditionals.append(self._build_conditional(m))
-            self._update_fed_values(m)
+            self.conditionals.append(self._chain.new_conditional(m, self.conditionals))
+            self._chain.feed(m, self.conditionals[m])
 
     # ------------------------------------------------------------------ shape
     @property
@@ -207,121 +204,18 @@ class GPARModel(Model):
 
     def window(self, m: int) -> list[int]:
         """The earlier outputs conditional ``m`` sees."""
-        start = 0 if self.markov is None else max(0, m - self.markov)
-        return list(range(start, m))
+        return self._chain.window(m)
 
-    # -------------------------------------------------------------- building
-    def _conditional_inputs(self, m: int, rows: Tensor | slice = slice(None)) -> Tensor:
-        return torch.cat([self.train_X[rows], self.fed_Y[rows][:, self.window(m)]], -1)
+    @property
+    def modelled_Y(self) -> Tensor:
+        """``n x M`` outputs as modelled (after ``outcome_transform``)."""
+        return self._chain.modelled_Y
 
-    def _build_conditional(self, m: int, reuse: SingleTaskGP | None = None) -> SingleTaskGP:
-        """The GP of conditional ``m`` on the rows that observed output ``m``.
-
-        ``reuse`` keeps an existing conditional's modules (hyperparameters)
-        when only its inputs changed (imputed or denoised earlier outputs).
-        """
-        rows = self.observed[:, m]
-        inputs = self._conditional_inputs(m, rows)
-        targets = self.modelled_Y[rows, m : m + 1]
-        window = self.window(m)
-        num_inducing = self._num_inducing(len(targets))
-        paper = self.conventions is Conventions.PAPER
-        if reuse is not None:
-            input_transform = reuse.input_transform
-            covar_module, likelihood = reuse.covar_module, reuse.likelihood
-            mean_module = reuse.mean_module
-            if num_inducing and not self.learn_inducing_points:
-                covar_module.inducing_points.data = self._inducing_inputs(
-                    m, input_transform, num_inducing
-                )
-        else:
-            input_transform = Normalize(
-                d=inputs.shape[-1], bounds=self._input_bounds(window)
-            )
-            covar_module = conditional_kernel(
-                self.kernel_family,
-                x_dims=self.train_X.shape[-1],
-                y_dims=len(window),
-                use_rbf_kernel=self.use_rbf_kernel,
-                conventions=self.conventions,
-            )
-            if paper:
-                likelihood = _paper_likelihood(targets)
-                mean_module = ZeroMean()
-            else:
-                likelihood = get_gaussian_likelihood_with_lognormal_prior()
-                mean_module = None  # SingleTaskGP's constant mean
-            if num_inducing:
-                covar_module = InducingPointKernel(
-                    covar_module,
-                    inducing_points=self._inducing_inputs(m, input_transform, num_inducing),
-                    likelihood=likelihood,
-                )
-                covar_module.inducing_points.requires_grad_(self.learn_inducing_points)
-        gp = SingleTaskGP(
-            inputs,
-            targets,
-            likelihood=likelihood,
-            covar_module=covar_module,
-            mean_module=mean_module,
-            outcome_transform=None if paper else Standardize(m=1),
-            input_transform=input_transform,
-        )
-        return gp.to(self.train_X)
-
-    def _num_inducing(self, num_rows: int) -> int | None:
-        if self.num_inducing is not None:
-            return self.num_inducing
-        return DEFAULT_NUM_INDUCING if num_rows > SPARSE_ABOVE else None
-
-    def _inducing_inputs(self, m: int, input_transform: Normalize, num: int) -> Tensor:
-        """Normalised inducing inputs of conditional ``m``: ``num x D``.
-
-        Regularly spaced x in the data's box, joined with the plug-in
-        posterior means of the earlier outputs at those x (the paper's recipe).
-        """
-        lower, upper = self.train_X.min(0).values, self.train_X.max(0).values
-        d = self.train_X.shape[-1]
-        if d == 1:
-            unit = torch.linspace(0, 1, num, dtype=lower.dtype).unsqueeze(-1)
-        else:
-            unit = SobolEngine(d, scramble=True, seed=0).draw(num).to(lower)
-        x = lower + (upper - lower) * unit
-        means: list[Tensor] = []  # n x 1 plug-in means of outputs 0..m-1
-        with torch.no_grad():
-            for j in range(m):
-                predictor = ConditionalPredictor(
-                    self.conditionals[j], self._conditional_inputs(j, self.observed[:, j])
-                )
-                Z = torch.cat([x, *(means[i] for i in self.window(j))], -1)
-                mean, _ = predictor(Z.unsqueeze(-2), joint=False)
-                means.append(mean)
-            inducing = torch.cat([x, *(means[j] for j in self.window(m))], -1)
-            return input_transform(inducing)
-
-    def _input_bounds(self, window: list[int]) -> Tensor:
-        """Fixed normalisation bounds: the data range of x and of each output."""
-        columns = [self.train_X] + [
-            self.modelled_Y[self.observed[:, j], j : j + 1] for j in window
-        ]
-        lower = torch.cat([c.min(0).values for c in columns])
-        upper = torch.cat([c.max(0).values for c in columns])
-        # A constant column would divide by zero.
-        upper = torch.where(upper > lower, upper, lower + 1.0)
-        return torch.stack([lower, upper])
-
-    def _update_fed_values(self, m: int) -> None:
-        """Impute and/or denoise output ``m`` where later conditionals need it."""
-        # Rows whose value at output m enters a later conditional.
-        needed = self.observed[:, m:].any(-1) if self.impute else self.observed[:, m]
-        rows = needed if self.denoise else needed & ~self.observed[:, m]
-        if not rows.any():
-            return
-        gp = self.conditionals[m]
-        predictor = ConditionalPredictor(gp, self._conditional_inputs(m, self.observed[:, m]))
-        with torch.no_grad():
-            mean, _ = predictor(self._conditional_inputs(m, rows).unsqueeze(-2), joint=False)
-        self.fed_Y[rows, m] = mean.squeeze(-1)
+    @property
+    def fed_Y(self) -> Tensor:
+        """``n x M`` values fed into later conditionals: observations, or posterior
+        means where imputing or denoising."""
+        return self._chain.fed_Y
 
     # ---------------------------------------------------------------- fitting
     def custom_fit(self, mll: Any = None, **kwargs: Any) -> Any:
@@ -341,13 +235,14 @@ class GPARModel(Model):
             optimizer_kwargs = dict(kwargs.pop("optimizer_kwargs", None) or {})
             options = {"ftol": FIT_FTOL, **optimizer_kwargs.get("options", {})}
             kwargs["optimizer_kwargs"] = {**optimizer_kwargs, "options": options}
-        for m, gp in enumerate(self.conditionals):
-            if self._inputs_depend_on_fit(m):
-                gp = self._build_conditional(m, reuse=gp)
-                self.conditionals[m] = gp
+        chain, conditionals = self._chain, self.conditionals
+        for m in range(self.num_outputs):
+            if chain.depends_on_fit(m, conditionals[m]):
+                conditionals[m] = chain.rebuilt(m, conditionals[m], conditionals)
+            gp = conditionals[m]
             try:
-                # Each evaluation builds small kernel matrices; wrapping them in
-                # lazy kernel tensors costs about a tenth of the fit.
+                # Each evaluation builds small kernel matrices, for which lazy
+                # kernel tensors are overhead rather than savings.
                 with lazily_evaluate_kernels(False):
                     fit_gpytorch_mll(ExactMarginalLogLikelihood(gp.likelihood, gp), **kwargs)
             except Exception as error:
@@ -355,11 +250,11 @@ class GPARModel(Model):
                     f"Fitting the conditional of output {self.output_names[m]!r} "
                     f"failed: {error}"
                 ) from error
-            self._update_fed_values(m)
+            chain.feed(m, gp)
         self.eval()
         return mll
 
-    def conditional_log_evidences(self, standardised: bool = False) -> Tensor:
+    def conditional_log_evidences(self, standardized: bool = False) -> Tensor:
         r"""``log p(y_m | y_{<m}, x)`` of every conditional's training data.
 
         In the units of the modelled outputs (after ``outcome_transform``, but
@@ -367,7 +262,7 @@ class GPARModel(Model):
         they are comparable across output orderings.
 
         Args:
-            standardised: Each conditional's evidence of its standardised
+            standardized: Each conditional's evidence of its standardised
                 targets instead (unit-free, for comparing different outputs;
                 the same as the default under the paper's conventions, which
                 do not standardise).
@@ -386,7 +281,7 @@ class GPARModel(Model):
                     term.loss() for term in gp.added_loss_terms()
                 )
             _, std = output_scaling(gp)
-            values.append(value if standardised else value - len(targets) * std.log())
+            values.append(value if standardized else value - len(targets) * std.log())
             gp.eval()
         return torch.stack(values)
 
@@ -419,10 +314,12 @@ class GPARModel(Model):
                 conditionals are trained on noisy inputs).
             posterior_transform: Applied to the posterior. A
                 ``ScalarizedPosteriorTransform`` (as Ax uses) is applied to the
-                samples; others are called on the ``GPARPosterior``.
+                samples; others are called on the posterior.
 
         Returns:
-            A ``GPARPosterior`` over ``batch_shape x q x m`` outputs.
+            A ``GPARPosterior`` over ``batch_shape x q x m`` outputs; with an
+            outcome transform or a scalarisation, a ``MappedGPARPosterior`` (a
+            BoTorch ``TransformedPosterior``) of it.
         """
         check_inputs(X, d=self.train_X.shape[-1], dtype=self.train_X.dtype)
         if torch.is_tensor(observation_noise):
@@ -438,96 +335,22 @@ class GPARModel(Model):
                 f"output_indices {indices} must be in [0, {self.num_outputs - 1}]."
             )
         self.eval()
-        needed = max(indices) + 1
-        cache = self._prediction_cache()
-        prefix_values, prefix_mask = self._observed_prefix(X)
-        sample_transform, num_reported = self._sample_transform(posterior_transform, indices)
-        posterior = GPARPosterior(
-            predictors=cache.predictors[:needed],
-            windows=[self.window(m) for m in range(needed)],
-            X=X,
-            prefix_values=prefix_values,
-            prefix_mask=prefix_mask,
-            observation_noise=bool(observation_noise),
-            denoise=self.denoise,
-            output_indices=indices,
-            sample_transform=sample_transform,
-            num_reported=num_reported,
-            shared_cache=cache.shared,
+        # Acquisition optimisation asks for many posteriors of the same model;
+        # the cache rebuilds the predictors only when the model changed.
+        prepared = self._predictor_cache.get(
+            self.conditionals,
+            [self.window(m) for m in range(self.num_outputs)],
+            self.train_X,
+            self.observed,
+            self.fed_Y,
+            self.denoise,
         )
-        if posterior_transform is not None and not isinstance(
-            posterior_transform, ScalarizedPosteriorTransform
-        ):
-            return posterior_transform(posterior)
-        return posterior
-
-    def _prediction_cache(self) -> _PredictionCache:
-        """The conditionals' predictors, rebuilt only when the model changed.
-
-        Acquisition optimisation calls ``posterior`` about a hundred times
-        with the same model; each predictor costs a Cholesky factorisation.
-        Like GPyTorch's prediction cache, but keyed on the hyperparameter
-        values, the conditional modules and the fed values rather than on
-        ``train()``, so edits in eval mode cannot leave it stale.
-        """
-        state = [t.detach() for t in chain(self.parameters(), self.buffers())] + [self.fed_Y]
-        cache = self._cached_prediction
-        if cache is None or not cache.matches(list(self.conditionals), state):
-            predictors = [
-                ConditionalPredictor(gp, self._conditional_inputs(m, self.observed[:, m]))
-                for m, gp in enumerate(self.conditionals)
-            ]
-            cache = _PredictionCache(list(self.conditionals), state, predictors)
-            self._cached_prediction = cache
-        return cache
-
-    def _sample_transform(
-        self, posterior_transform: PosteriorTransform | None, indices: list[int]
-    ) -> tuple[Any, int]:
-        """Outcome untransform, then scalarisation, as one map on samples.
-
-        The samples hold only the outputs ``indices``, in that order.
-        """
-        steps = []
-        num_outputs = len(indices)
+        posterior: Posterior = GPARPosterior(prepared, X, indices, bool(observation_noise))
         if hasattr(self, "outcome_transform"):
-            outcome_transform = self.outcome_transform
-            if indices != list(range(self.num_outputs)):
-                outcome_transform = outcome_transform.subset_output(indices)
-            steps.append(lambda s: outcome_transform.untransform(s)[0])
-        reported = num_outputs
-        if isinstance(posterior_transform, ScalarizedPosteriorTransform):
-            weights, offset = posterior_transform.weights, posterior_transform.offset
-            if len(weights) != num_outputs:
-                raise ValueError(
-                    f"Scalarisation has {len(weights)} weights for {num_outputs} outputs."
-                )
-            steps.append(lambda s: (s @ weights.to(s) + offset).unsqueeze(-1))
-            reported = 1
-        if not steps:
-            return None, reported
-
-        def transform(samples: Tensor) -> Tensor:
-            for step in steps:
-                samples = step(samples)
-            return samples
-
-        return transform, reported
-
-    def _observed_prefix(self, X: Tensor) -> tuple[Tensor, Tensor]:
-        """Observed values (to feed forward) of the training rows equal to X.
-
-        Returns:
-            ``batch_shape x q x M`` values and a bool mask of observed outputs.
-        """
-        matches = (X.detach().unsqueeze(-2) == self.train_X).all(-1)  # b x q x n
-        # Prefer the matching row with the most observed outputs.
-        lengths = self.observed.sum(-1).to(X)
-        score = torch.where(matches, lengths, -1.0)
-        best = score.argmax(-1)
-        mask = self.observed[best] & matches.any(-1, keepdim=True)
-        values = torch.where(mask, self.fed_Y[best], 0.0)
-        return values, mask
+            posterior = untransformed(posterior, self.outcome_transform, indices, self.num_outputs)
+        if posterior_transform is not None:
+            posterior = transformed(posterior, posterior_transform)
+        return posterior
 
     # ------------------------------------------------------------- new data
     def condition_on_observations(self, X: Tensor, Y: Tensor, **kwargs: Any) -> GPARModel:
@@ -545,7 +368,8 @@ class GPARModel(Model):
 
         Returns:
             A new ``GPARModel``; this model is unchanged. Its conditionals
-            normalise and standardise the combined data afresh.
+            normalise and standardise the combined data afresh
+            (``load_state_dict(..., keep_transforms=False)``).
         """
         if kwargs:
             raise TypeError(
@@ -561,97 +385,92 @@ class GPARModel(Model):
         if Y.dim() != 2 or Y.shape[-1] != self.num_outputs:
             raise ValueError(f"Y must be `n x {self.num_outputs}`; got {tuple(Y.shape)}.")
         # A copy: the new model fits its outcome transform to the combined data.
-        options = {**self._options, "outcome_transform": deepcopy(self._options["outcome_transform"])}
+        outcome_transform = deepcopy(self._options["outcome_transform"])
+        options = {**self._options, "outcome_transform": outcome_transform}
         model = GPARModel(
             torch.cat([self.train_X, X]), torch.cat([self.train_Y, Y.to(self.train_Y)]), **options
         )
-        missing, unexpected = model.load_state_dict(self.hyperparameters(), strict=False)
-        lost = [k for k in missing if not _derived_from_data(k)] + list(unexpected)
-        if lost:
+        missing, unexpected = model.load_state_dict(
+            self.state_dict(), strict=False, keep_transforms=False
+        )
+        if missing or unexpected:
             raise ValueError(
                 "The conditioned model's hyperparameters do not match this model's "
-                f"(e.g. {lost[0]!r}): the combined data crosses SPARSE_ABOVE "
-                f"({SPARSE_ABOVE} rows), which turns exact conditionals sparse. Build "
-                "the model with num_inducing to keep it sparse throughout."
+                f"(e.g. {(missing + unexpected)[0]!r}): the combined data crosses "
+                f"SPARSE_ABOVE ({spec.SPARSE_ABOVE} rows), which turns exact conditionals "
+                "sparse. Build the model with num_inducing to keep it sparse throughout."
             )
         return model
 
-    def hyperparameters(self) -> dict[str, Tensor]:
-        """The state dict without what a model derives from its own data.
-
-        For carrying fitted hyperparameters over to a model on other data
-        (``load_state_dict(..., strict=False)``), which then normalises and
-        standardises its own data and keeps its own constraint bounds (the
-        paper conventions' noise floor scales with the targets' variance).
-        """
-        return {k: v for k, v in self.state_dict().items() if not _derived_from_data(k)}
-
     def load_state_dict(
         self, state_dict: dict[str, Any], strict: bool = True, keep_transforms: bool = True
-    ) -> Any:
-        """Load hyperparameters, then recompute imputed/denoised inputs.
+    ) -> _Keys:
+        r"""Load hyperparameters (BoTorch's signature), then recompute fed values.
 
-        ``keep_transforms=False``: the state's data-derived entries are not loaded.
+        The state's *data-derived* entries are each conditional's input and
+        outcome transforms (normalisation bounds, standardisation statistics),
+        the model's ``outcome_transform`` and the constraint bounds (the paper
+        conventions' noise floor scales with the targets' variance); the rest
+        are hyperparameters.
+
+        Args:
+            state_dict: A ``state_dict()`` of a ``GPARModel`` with the same
+                options (or part of one).
+            strict: Whether the keys must match exactly (with
+                ``keep_transforms=False``: the hyperparameters' keys).
+            keep_transforms: As in BoTorch: keep the state's transforms. They are
+                loaded with the hyperparameters, and this model's data is
+                re-expressed under them (its outputs transformed and its targets
+                standardised with the loaded statistics), so the model predicts as
+                the state's model would with this model's data: for a state of a
+                model on the same data, exactly as it does. If False, the
+                data-derived entries are not loaded and this model keeps those of
+                its own data: what carrying fitted hyperparameters over to a model
+                on other data needs (e.g. ``condition_on_observations``).
+
+        Afterwards the values fed forward where imputing or denoising, and fixed
+        inducing inputs, are recomputed with the loaded hyperparameters.
+
+        Returns:
+            The missing and unexpected keys (with ``keep_transforms=False``,
+            hyperparameters only: data-derived entries are never missing).
         """
-        if not keep_transforms:
-            state_dict = {k: v for k, v in state_dict.items() if not _derived_from_data(k)}
-            strict = False
-        result = super().load_state_dict(state_dict, strict=strict)
-        self.fed_Y = self.modelled_Y.clone()
-        for m, gp in enumerate(self.conditionals):
-            if self._inputs_depend_on_fit(m):
-                self.conditionals[m] = self._build_conditional(m, reuse=gp)
-            self._update_fed_values(m)
+        if keep_transforms:
+            result = Module.load_state_dict(self, state_dict, strict=strict)
+            if hasattr(self, "outcome_transform"):
+                self._chain.modelled_Y = self.outcome_transform(self.train_Y)[0]
+        else:
+            hyperparameters = {k: v for k, v in state_dict.items() if not _derived_from_data(k)}
+            Module.load_state_dict(self, hyperparameters, strict=False)
+            expected = set(self.hyperparameters())
+            result = _Keys(
+                sorted(expected - set(hyperparameters)), sorted(set(hyperparameters) - expected)
+            )
+            if strict and (result.missing_keys or result.unexpected_keys):
+                raise RuntimeError(
+                    f"Error(s) in loading hyperparameters for {type(self).__name__}: "
+                    f"missing keys {result.missing_keys}, unexpected keys "
+                    f"{result.unexpected_keys}."
+                )
+        self._chain.refeed(self.conditionals, rebuild_all=keep_transforms)
         return result
 
-    def _inputs_depend_on_fit(self, m: int) -> bool:
-        """Whether conditional m's (inducing) inputs come from earlier fits."""
-        if m == 0:
-            return False
-        sparse = isinstance(self.conditionals[m].covar_module, InducingPointKernel)
-        return self.impute or self.denoise or (sparse and not self.learn_inducing_points)
+    def hyperparameters(self) -> dict[str, Tensor]:
+        """The state dict without its data-derived entries (see ``load_state_dict``):
+        what ``load_state_dict(..., keep_transforms=False)`` loads."""
+        return {k: v for k, v in self.state_dict().items() if not _derived_from_data(k)}
+
+
+class _Keys(NamedTuple):
+    """Missing and unexpected keys of ``load_state_dict``, as ``torch.nn.Module`` returns."""
+
+    missing_keys: list[str]
+    unexpected_keys: list[str]
 
 
 def _derived_from_data(key: str) -> bool:
     """Whether a state-dict entry is an input/outcome transform or a constraint bound."""
     return "_transform." in key or "_constraint." in key
-
-
-def _paper_likelihood(targets: Tensor) -> GaussianLikelihood:
-    """A prior-free Gaussian likelihood for targets in their own units.
-
-    BoTorch's noise floor is meant for standardised targets and the reference
-    starts the noise at 0.1 for data of about unit variance; here both scale
-    with the targets' variance, so outputs such as small error rates work too.
-    """
-    variance = targets.var() if len(targets) > 1 else targets.new_ones(())
-    variance = torch.where(variance > 0, variance, torch.ones_like(variance))
-    return GaussianLikelihood(
-        noise_constraint=GreaterThan(
-            MIN_INFERRED_NOISE_LEVEL * variance.item(),
-            transform=None,
-            initial_value=0.1 * variance.item(),
-        )
-    )
-
-
-class _PredictionCache:
-    """Predictors of a model's conditionals and the key they were built for."""
-
-    def __init__(
-        self, conditionals: list[SingleTaskGP], state: list[Tensor], predictors: list[ConditionalPredictor]
-    ) -> None:
-        self.conditionals = conditionals  # the modules themselves, not copies
-        self.state = [t.clone() for t in state]
-        self.predictors = predictors
-        self.shared = SharedBlockCache()
-
-    def matches(self, conditionals: list[SingleTaskGP], state: list[Tensor]) -> bool:
-        return (
-            len(conditionals) == len(self.conditionals)
-            and all(a is b for a, b in zip(conditionals, self.conditionals))
-            and same_tensors(state, self.state)
-        )
 
 
 class GPARMarginalLogLikelihood(torch.nn.Module):

@@ -60,7 +60,7 @@ def greedy_output_order(
             j: _extend(train_X, train_Y, order + [j], fitted, model_kwargs) for j in remaining
         }
         scores = {
-            j: float(m.conditional_log_evidences(standardised=True)[-1])
+            j: float(m.conditional_log_evidences(standardized=True)[-1])
             for j, m in candidates.items()
         }
         best = max(scores, key=scores.__getitem__)
@@ -89,8 +89,8 @@ def _extend(
         fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model))
         return model
     # Reuse the earlier conditionals' hyperparameters (this also rebuilds the
-    # imputed inputs), then fit only the new conditional.
-    model.load_state_dict(fitted.hyperparameters(), strict=False)
+    # imputed inputs; the candidate has other rows), then fit only the new conditional.
+    model.load_state_dict(fitted.state_dict(), strict=False, keep_transforms=False)
     last = model.conditionals[-1]
     fit_gpytorch_mll(ExactMarginalLogLikelihood(last.likelihood, last))
     model.eval()

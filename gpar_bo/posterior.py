@@ -25,7 +25,8 @@ from linear_operator.utils.warnings import NumericalWarning
 from torch import Tensor
 from torch.quasirandom import SobolEngine
 
-from gpar_bo.prediction import ConditionalPredictor, Features
+from gpar_bo.prediction import Features
+from gpar_bo.prepared import PreparedConditionals
 
 #: Sample paths behind ``GPARPosterior.mean`` and ``.variance``.
 NUM_MOMENT_SAMPLES = 256
@@ -58,60 +59,39 @@ class GPARPosterior(Posterior):
     sample paths per point (points are treated separately, so the cost is
     linear in q): the average of the conditional means, and the average
     conditional variance plus the variance of the conditional means. They are
-    deterministic and differentiable in X. With a ``sample_transform`` (e.g.
-    an outcome untransform or a scalarisation) they are plain Monte Carlo
-    moments of the transformed samples over the same paths.
+    deterministic and differentiable in X. ``moments_of`` gives the plain Monte
+    Carlo moments of mapped samples (an outcome untransform, a scalarisation)
+    over the same paths.
     """
 
     def __init__(
         self,
-        predictors: Sequence[ConditionalPredictor],
-        windows: Sequence[Sequence[int]],
+        prepared: PreparedConditionals,
         X: Tensor,
-        prefix_values: Tensor,
-        prefix_mask: Tensor,
-        observation_noise: bool,
-        denoise: bool,
         output_indices: Sequence[int],
-        sample_transform: Callable[[Tensor], Tensor] | None = None,
-        num_reported: int | None = None,
-        shared_cache: SharedBlockCache | None = None,
+        observation_noise: bool = False,
     ) -> None:
         r"""
         Args:
-            predictors: The cached conditionals, in output order (at least up
-                to the largest of ``output_indices``).
-            windows: For each conditional, the earlier outputs it sees.
+            prepared: The model's conditionals, prepared for prediction (at
+                least up to the largest of ``output_indices``).
             X: A ``batch_shape x q x d`` tensor of inputs.
-            prefix_values: A ``batch_shape x q x M`` tensor of observed values
-                to feed forward (anything where ``prefix_mask`` is False).
-            prefix_mask: A ``batch_shape x q x M`` bool tensor, True where a
-                point's output is observed.
-            observation_noise: Report noisy outputs instead of latent ones.
-            denoise: Feed latent values forward (D-GPAR) instead of noisy ones.
             output_indices: The outputs to report, in order.
-            sample_transform: Applied to the reported ``... x q x len(idx)``
-                samples (e.g. an outcome untransform or a scalarisation).
-            num_reported: Size of the last dimension after ``sample_transform``
-                (defaults to ``len(output_indices)``).
-            shared_cache: Where to keep the draw of the points shared by all
-                t-batches between calls (see ``_shared_chain``); the owner must
-                empty it when the predictors change.
+            observation_noise: Report noisy outputs instead of latent ones.
         """
-        self.predictors = list(predictors)
-        self.windows = [list(w) for w in windows]
+        self.prepared = prepared
         self.X = X
         self.num_sampled = max(output_indices) + 1
+        self.predictors = list(prepared.predictors[: self.num_sampled])
+        self.windows = [list(w) for w in prepared.windows[: self.num_sampled]]
+        prefix_values, prefix_mask = prepared.observed_prefix(X)
         self.prefix_mask = prefix_mask[..., : self.num_sampled]
         self.prefix_values = torch.where(
             self.prefix_mask, prefix_values[..., : self.num_sampled], 0.0
         )
         self.observation_noise = observation_noise
-        self.denoise = denoise
+        self.denoise = prepared.denoise
         self.output_indices = list(output_indices)
-        self.sample_transform = sample_transform
-        self.num_reported = num_reported or len(self.output_indices)
-        self.shared_cache = shared_cache
 
     @property
     def device(self) -> torch.device:
@@ -131,7 +111,7 @@ class GPARPosterior(Posterior):
         return self.X.shape[:-1] + torch.Size([self.num_sampled])
 
     def _extended_shape(self, sample_shape: torch.Size = torch.Size()) -> torch.Size:
-        return sample_shape + self.X.shape[:-1] + torch.Size([self.num_reported])
+        return sample_shape + self.X.shape[:-1] + torch.Size([len(self.output_indices)])
 
     def rsample(self, sample_shape: torch.Size | None = None) -> Tensor:
         sample_shape = torch.Size([1]) if sample_shape is None else sample_shape
@@ -157,11 +137,7 @@ class GPARPosterior(Posterior):
         if base_samples.shape[: len(sample_shape)] != sample_shape:
             raise RuntimeError("`sample_shape` disagrees with `base_samples`.")
         reported, _, _ = self._propagate(sample_shape, base_samples)
-        return self._transform(reported)
-
-    def _transform(self, reported: Tensor) -> Tensor:
-        samples = reported[..., self.output_indices]
-        return samples if self.sample_transform is None else self.sample_transform(samples)
+        return reported[..., self.output_indices]
 
     def _shared_points(self, base_samples: Tensor, sample_ndim: int) -> Tensor:
         """Which points every t-batch shares, with shared normals.
@@ -207,7 +183,8 @@ class GPARPosterior(Posterior):
         permutation-equivariant, so this is still an exact, deterministic and
         differentiable draw; only which normal drives which point changes.
         When ``C`` varies over t-batches, ``B`` is a constant of the candidates
-        (no gradient flows to it) and is reused across calls (``shared_cache``).
+        (no gradient flows to it) and is reused across calls (the prepared
+        conditionals' ``shared_draws``).
 
         Args:
             sample_shape: The sample shape ``S``.
@@ -234,8 +211,9 @@ class GPARPosterior(Posterior):
             )
         eps = base_samples.expand(sample_shape + self.base_sample_shape).reshape(s, b, q, M)
         X, mask, values = X.reshape(b, q, d), mask.reshape(b, q, M), values.reshape(b, q, M)
-        shared = _Block(X[0, :k], mask[0, :k], values[0, :k], eps[:, 0, :k])
-        rest = _Block(X[:, k:], mask[:, k:], values[:, k:], eps[:, :, k:])
+        flags = {"denoise": self.denoise, "observation_noise": self.observation_noise}
+        shared = _Block(X[0, :k], mask[0, :k], values[0, :k], eps[:, 0, :k], **flags)
+        rest = _Block(X[:, k:], mask[:, k:], values[:, k:], eps[:, :, k:], **flags)
         factors: _Factors = []
         if k:
             shared, factors = self._shared_chain(shared, constant=q > k and b > 1)
@@ -257,18 +235,17 @@ class GPARPosterior(Posterior):
         block), the block is a constant of the candidates, as BoTorch's
         ``cache_root`` treats ``X_baseline``: it is drawn without gradients,
         and an ``optimize_acqf`` call, whose shared points and normals stay
-        fixed while candidates move, draws it once through ``shared_cache``.
+        fixed while candidates move, draws it once (``shared_draws``).
         """
         if not constant:
             return block, self._sample_shared(block)
         noise_flag = torch.tensor(self.observation_noise)
         key = (block.X, block.mask, block.values, block.eps, noise_flag)
-        cached = None if self.shared_cache is None else self.shared_cache.lookup(key)
+        cached = self.prepared.shared_draws.lookup(key)
         if cached is None:
             with torch.no_grad():
                 cached = block, self._sample_shared(block)
-            if self.shared_cache is not None:
-                self.shared_cache.store(key, cached)
+            self.prepared.shared_draws.store(key, cached)
         return cached
 
     def _sample_shared(self, block: _Block) -> _Factors:
@@ -293,7 +270,6 @@ class GPARPosterior(Posterior):
                 features.mean,
                 covar.diagonal(dim1=-2, dim2=-1),
                 predictor.noise,
-                self,
             )
             factors.append((features, chol_f, chol_y))
         return factors
@@ -344,35 +320,47 @@ class GPARPosterior(Posterior):
                     cond_y = cond_y - A_y @ A_y.mT
                 latent = mean_f + _matvec(_cholesky(cond_f), e)
                 noisy = mean_y + _matvec(_cholesky(cond_y), e)
-            block.record(m, latent, noisy, features.mean, variance, predictor.noise, self)
+            block.record(m, latent, noisy, features.mean, variance, predictor.noise)
 
     @cached_property
-    def _moments(self) -> tuple[Tensor, Tensor]:
+    def _paths(self) -> tuple[Tensor, Tensor, Tensor]:
+        """The fixed quasi-random paths behind the moments, point by point.
+
+        Returns:
+            The reported samples and the conditional means and variances, each
+            ``NUM_MOMENT_SAMPLES x batch_shape x q x 1 x M``.
+        """
         # A point's marginal moments depend only on its own chain, so every
         # point runs as its own t-batch (q = 1): memory stays linear in q.
         pointwise = GPARPosterior(
-            self.predictors,
-            self.windows,
-            self.X.unsqueeze(-2),
-            self.prefix_values.unsqueeze(-2),
-            self.prefix_mask.unsqueeze(-2),
-            self.observation_noise,
-            self.denoise,
-            self.output_indices,
-            self.sample_transform,
-            self.num_reported,
+            self.prepared, self.X.unsqueeze(-2), self.output_indices, self.observation_noise
         )
         n = NUM_MOMENT_SAMPLES
         normals = draw_sobol_normal_samples(d=self.num_sampled, n=n, dtype=self.dtype, seed=0)
         eps = normals.view(n, *([1] * (pointwise.X.dim() - 1)), self.num_sampled)
-        reported, cond_means, cond_vars = pointwise._propagate(torch.Size([n]), eps)
-        if self.sample_transform is not None:
-            samples = self._transform(reported).squeeze(-2)
-            return samples.mean(0), samples.var(0)
+        return pointwise._propagate(torch.Size([n]), eps)
+
+    @cached_property
+    def _moments(self) -> tuple[Tensor, Tensor]:
+        _, cond_means, cond_vars = self._paths
         idx = self.output_indices
         cond_means, cond_vars = cond_means[..., 0, idx], cond_vars[..., 0, idx]
         mean = cond_means.mean(0)
         return mean, cond_vars.mean(0) + cond_means.var(0, unbiased=False)
+
+    def moments_of(self, sample_map: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor]:
+        """Monte Carlo mean and variance of mapped samples over the moment paths.
+
+        Args:
+            sample_map: Maps ``... x q x m`` samples of the reported outputs to
+                ``... x q x m'`` (e.g. an outcome untransform).
+
+        Returns:
+            The ``batch_shape x q x m'`` mean and variance.
+        """
+        reported, _, _ = self._paths
+        samples = sample_map(reported[..., self.output_indices]).squeeze(-2)
+        return samples.mean(0), samples.var(0)
 
     @property
     def mean(self) -> Tensor:
@@ -385,46 +373,6 @@ class GPARPosterior(Posterior):
         return self._moments[1]
 
 
-class SharedBlockCache:
-    """The last draw of the points shared by all t-batches, with its key.
-
-    One entry suffices: within an ``optimize_acqf`` call the shared points
-    (qLogNEI's baseline, ``X_pending``) and their normals stay fixed while the
-    candidates move, so every evaluation after the first reuses the draw. The
-    entry holds what one call computes anyway (per output, ``s x k x k``
-    Cholesky factors for ``s`` samples of ``k`` shared points whose inputs
-    depend on the sample path), so it keeps a call's peak memory until the
-    shared points, the normals or the model change.
-    """
-
-    def __init__(self) -> None:
-        self._key: tuple[Tensor, ...] = ()
-        self._value: _SharedDraw | None = None
-
-    def lookup(self, key: tuple[Tensor, ...]) -> _SharedDraw | None:
-        """The stored draw if ``key`` equals the stored key elementwise, else None."""
-        return self._value if same_tensors(key, self._key) else None
-
-    def store(self, key: tuple[Tensor, ...], value: _SharedDraw) -> None:
-        # Copies: the caller may reuse (e.g. refill) the key tensors in place.
-        self._key = tuple(t.detach().clone() for t in key)
-        self._value = value
-
-
-def same_tensors(a: Sequence[Tensor], b: Sequence[Tensor]) -> bool:
-    """Whether two tensor sequences match pairwise in shape, dtype, device and
-    values, NaN equal to NaN (the key of the model's and the posterior's caches;
-    ``torch.equal`` alone ignores the dtype and treats NaN as unequal)."""
-    return len(a) == len(b) and all(
-        x.shape == y.shape
-        and x.dtype == y.dtype
-        and x.device == y.device
-        and torch.equal(x.isnan(), y.isnan())
-        and torch.equal(x.nan_to_num(), y.nan_to_num())
-        for x, y in zip(a, b)
-    )
-
-
 class _Block:
     """Points sampled together: their inputs, prefixes, normals and chain.
 
@@ -432,8 +380,17 @@ class _Block:
     quantity does not depend on the sample path.
     """
 
-    def __init__(self, X: Tensor, mask: Tensor, values: Tensor, eps: Tensor) -> None:
+    def __init__(
+        self,
+        X: Tensor,
+        mask: Tensor,
+        values: Tensor,
+        eps: Tensor,
+        denoise: bool,
+        observation_noise: bool,
+    ) -> None:
         self.X, self.mask, self.values, self.eps = X, mask, values, eps
+        self.denoise, self.observation_noise = denoise, observation_noise
         self.fed: list[Tensor] = []  # per output: the values later outputs see
         self.reported: list[Tensor] = []
         self.cond_means: list[Tensor] = []
@@ -456,13 +413,13 @@ class _Block:
         mean: Tensor,
         variance: Tensor,
         noise: Tensor,
-        posterior: GPARPosterior,
     ) -> None:
+        """Keep output ``m``'s draw: what later outputs see and what is reported."""
         shape = self.eps.shape[:-1]
-        chain = latent if posterior.denoise else noisy
+        chain = latent if self.denoise else noisy
         self.fed.append(torch.where(self.mask[..., m], self.values[..., m], chain))
-        self.reported.append(noisy if posterior.observation_noise else latent)
-        if posterior.observation_noise:
+        self.reported.append(noisy if self.observation_noise else latent)
+        if self.observation_noise:
             variance = variance + noise
         self.cond_means.append(mean.view(-1, *shape[1:]).expand(shape))
         self.cond_vars.append(variance.view(-1, *shape[1:]).expand(shape))

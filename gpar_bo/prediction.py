@@ -8,6 +8,11 @@ training Cholesky factor and the weights ``K^{-1} (y - mu)`` are computed once
 per ``GPARModel.posterior`` call, and test inputs are reduced to their mean and
 "whitened" cross-covariances ``L^{-1} k(X_train, z)``, from which any
 posterior covariance is one matrix product.
+
+The exact predictive is GPyTorch's; the sparse one is the predictive of Titsias'
+bound, which is GPyTorch's SGPR mean (without its default FITC-like diagonal
+correction) and GPyTorch's SGPR covariance plus the prior's remainder ``K - Q``
+(``tests/test_prediction.py`` pins both to GPyTorch).
 """
 
 from __future__ import annotations
@@ -61,7 +66,8 @@ class ConditionalPredictor:
 
     def __init__(self, gp: SingleTaskGP, train_inputs: Tensor) -> None:
         gp.eval()
-        self.gp = gp
+        # The modules that evaluate new inputs (not the GP: no back-reference).
+        self.input_transform, self.mean_module = gp.input_transform, gp.mean_module
         self.y_mean, self.y_std = output_scaling(gp)
         covar = gp.covar_module
         self.kernel = covar.base_kernel if isinstance(covar, InducingPointKernel) else covar
@@ -71,7 +77,9 @@ class ConditionalPredictor:
             noise = gp.likelihood.noise.squeeze(-1)
             if isinstance(covar, InducingPointKernel):
                 self.anchors = covar.inducing_points.detach()
-                self.weights, root = _sparse_cache(self.kernel, self.anchors, inputs, residual, noise)
+                self.weights, root = _sparse_cache(
+                    self.kernel, self.anchors, inputs, residual, noise
+                )
             else:
                 self.anchors = inputs
                 self.weights, root = _exact_cache(self.kernel, inputs, residual, noise)
@@ -80,12 +88,12 @@ class ConditionalPredictor:
 
     def features(self, Z: Tensor) -> Features:
         """Mean and whitened cross-covariances at ``Z`` (``batch x p x D``)."""
-        Z = self.gp.input_transform(Z)
+        Z = self.input_transform(Z)
         # One (batch * p) x n kernel matrix: GPyTorch would otherwise expand
         # the training inputs to Z's batch shape and run tiny batched GEMMs.
         flat = Z.reshape(-1, Z.shape[-1])
         cross = self.kernel(flat, self.anchors).to_dense().view(*Z.shape[:-1], -1)
-        mean = self.gp.mean_module(Z) + (cross @ self.weights).squeeze(-1)
+        mean = self.mean_module(Z) + (cross @ self.weights).squeeze(-1)
         return Features(Z, mean * self.y_std + self.y_mean, cross @ self.root)
 
     def covariance(self, a: Features, b: Features) -> Tensor:

@@ -1,4 +1,4 @@
-"""Shared fixtures: one thread for small fits, and a fitted curve model."""
+"""Shared fixtures: one thread for small fits, the dtype, and a fitted curve model."""
 
 from __future__ import annotations
 
@@ -6,17 +6,34 @@ import pytest
 import torch
 
 from gpar_bo import GPARModel
-from tests.helpers import EPOCHS, fit, partial_curves
+from tests.helpers import DTYPES, EPOCHS, fit, partial_curves
 
 
 @pytest.fixture(autouse=True)
 def _single_thread() -> None:
-    # Small GP fits are several times faster on one thread on 2-core machines.
+    # Small GP fits are faster on one thread on 2-core machines.
     torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module", params=DTYPES, ids=lambda dtype: str(dtype).split(".")[-1])
+def dtype(request: pytest.FixtureRequest) -> torch.dtype:
+    """The dtype of the data (override it in a module to run in one dtype only)."""
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def curve_model() -> GPARModel:
+def curve_model(dtype: torch.dtype) -> GPARModel:
+    """A GPAR fitted to partial learning curves, predicting in ``dtype``.
+
+    Fitted in float64 and loaded into a model on the same data in ``dtype``, so
+    that both dtypes predict with the same hyperparameters (float32 fits, which
+    land in other optima, are tested in test_model.py).
+    """
     torch.set_num_threads(1)
     X, Y = partial_curves()
-    return fit(GPARModel(X, Y, output_names=EPOCHS))
+    fitted = fit(GPARModel(X, Y, output_names=EPOCHS))
+    if dtype == torch.float64:
+        return fitted
+    model = GPARModel(X.to(dtype), Y.to(dtype), output_names=EPOCHS)
+    model.load_state_dict(fitted.state_dict())
+    return model.eval()

@@ -1,4 +1,4 @@
-"""Helpers shared by the tests: small data sets and a fit shortcut."""
+"""Helpers shared by the tests: small data sets, a fit shortcut, tolerances per dtype."""
 
 from __future__ import annotations
 
@@ -10,13 +10,33 @@ from gpar_bo.synthetic import learning_curves
 
 EPOCHS = [1, 5, 11, 16, 21]
 
+#: The dtypes the core tests run in.
+DTYPES = [torch.float64, torch.float32]
+#: The loosest tolerances a float32 comparison gets (float64 ones keep their own).
+FLOAT32_TOLERANCE = {"rtol": 1e-3, "atol": 1e-4}
+
+
+def tolerance(
+    dtype: torch.dtype, float32: dict[str, float] | None = None, **float64: float
+) -> dict[str, float]:
+    """``assert_close`` tolerances: ``float64`` as given (default: torch's); for
+    float32 ``float32`` if given, else the given ones loosened to at least
+    ``FLOAT32_TOLERANCE``."""
+    if dtype == torch.float64:
+        return float64
+    if float32 is not None:
+        return float32
+    return {k: max(float64.get(k, 0.0), v) for k, v in FLOAT32_TOLERANCE.items()}
+
 
 def fit(model: GPARModel) -> GPARModel:
     fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model))
     return model
 
 
-def partial_curves(n: int = 40, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def partial_curves(
+    n: int = 40, seed: int = 0, dtype: torch.dtype = torch.double
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Toy learning curves where later checkpoints are reached by fewer runs."""
     generator = torch.Generator().manual_seed(seed)
     X = torch.rand(n, 2, generator=generator, dtype=torch.double)
@@ -24,4 +44,4 @@ def partial_curves(n: int = 40, seed: int = 0) -> tuple[torch.Tensor, torch.Tens
     reached = torch.tensor([n, int(0.8 * n), int(0.6 * n), int(0.45 * n), int(0.3 * n)])
     for m, count in enumerate(reached.tolist()):
         Y[count:, m] = float("nan")
-    return X, Y
+    return X.to(dtype), Y.to(dtype)

@@ -16,6 +16,13 @@ from botorch.sampling.normal import SobolQMCNormalSampler
 from gpar_bo import GPARModel
 from gpar_bo.synthetic import learning_curves
 
+@pytest.fixture(scope="module")
+def dtype() -> torch.dtype:
+    # BoTorch's optimisers in float64 only: sampling and gradients in float32
+    # are covered by test_posterior.py, and these are the slowest tests.
+    return torch.float64
+
+
 BOUNDS = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=torch.double)
 OPTIMUM = torch.tensor([0.3, 0.7], dtype=torch.double)
 # Minimise the final checkpoint's error.

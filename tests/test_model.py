@@ -7,23 +7,27 @@ import math
 import pytest
 import torch
 from botorch.models import SingleTaskGP
+from botorch.models.transforms.input import Normalize
 from botorch.models.transforms.outcome import Log, Standardize
 from gpytorch.kernels import MaternKernel, RBFKernel, ScaleKernel
 from gpytorch.means import ZeroMean
-from tests.helpers import EPOCHS, fit, partial_curves
+from tests.helpers import EPOCHS, fit, partial_curves, tolerance
 
 from gpar_bo import GPARModel, KernelFamily
 from gpar_bo.synthetic import learning_curves, three_output_function
 
 NAN = float("nan")
+#: The conventions and dtypes GPARModel supports (the paper's need float64).
+SUPPORTED = [("botorch", torch.float64), ("botorch", torch.float32), ("paper", torch.float64)]
+SUPPORTED_IDS = ["botorch-float64", "botorch-float32", "paper-float64"]
 
 
 def _smse(prediction: torch.Tensor, truth: torch.Tensor) -> float:
     return float(((prediction - truth) ** 2).mean() / truth.var())
 
 
-def test_single_output_matches_single_task_gp() -> None:
-    X = torch.rand(15, 2, dtype=torch.double, generator=torch.Generator().manual_seed(1))
+def test_single_output_matches_single_task_gp(dtype: torch.dtype) -> None:
+    X = torch.rand(15, 2, dtype=dtype, generator=torch.Generator().manual_seed(1))
     Y = torch.sin(6 * X[:, :1]) + 0.1 * X[:, 1:]
     model = fit(GPARModel(X, Y))
     reference = SingleTaskGP(
@@ -33,37 +37,41 @@ def test_single_output_matches_single_task_gp() -> None:
     )
     reference.load_state_dict(model.conditionals[0].state_dict())
     reference.eval()
-    X_test = torch.rand(7, 1, 2, dtype=torch.double)
+    X_test = torch.rand(7, 1, 2, dtype=dtype)
     for noise in (False, True):
         ours = model.posterior(X_test, observation_noise=noise)
         theirs = reference.posterior(X_test, observation_noise=noise)
-        torch.testing.assert_close(ours.mean, theirs.mean, rtol=1e-8, atol=1e-10)
-        torch.testing.assert_close(ours.variance, theirs.variance, rtol=1e-7, atol=1e-10)
+        torch.testing.assert_close(
+            ours.mean, theirs.mean, **tolerance(dtype, rtol=1e-8, atol=1e-10)
+        )
+        torch.testing.assert_close(
+            ours.variance, theirs.variance, **tolerance(dtype, rtol=1e-7, atol=1e-10)
+        )
 
 
-def test_log_evidence_is_the_gaussian_marginal_likelihood() -> None:
-    X = torch.linspace(0, 1, 12, dtype=torch.double).unsqueeze(-1)
+def test_log_evidence_is_the_gaussian_marginal_likelihood(dtype: torch.dtype) -> None:
+    X = torch.linspace(0, 1, 12, dtype=dtype).unsqueeze(-1)
     Y = torch.cos(5 * X) + 3.0
     model = fit(GPARModel(X, Y))
     gp = model.conditionals[0]
     Z = gp.input_transform(X)
     std = gp.outcome_transform.stdvs.squeeze()
-    covar = gp.covar_module(Z).to_dense() + gp.likelihood.noise * torch.eye(12)
+    covar = gp.covar_module(Z).to_dense() + gp.likelihood.noise * torch.eye(12, dtype=dtype)
     mean = gp.outcome_transform.means.squeeze() + std * gp.mean_module(Z)
     expected = torch.distributions.MultivariateNormal(mean, std**2 * covar).log_prob(
         Y.squeeze(-1)
     )
-    torch.testing.assert_close(model.log_evidence().detach(), expected.detach())
+    torch.testing.assert_close(model.log_evidence().detach(), expected.detach(), **tolerance(dtype))
 
 
-def test_gpar_beats_independent_gps_on_the_paper_synthetic_problem() -> None:
+def test_gpar_beats_independent_gps_on_the_paper_synthetic_problem(dtype: torch.dtype) -> None:
     wins = 0
-    x_test = torch.linspace(0, 1, 200, dtype=torch.double).unsqueeze(-1)
+    x_test = torch.linspace(0, 1, 200, dtype=dtype).unsqueeze(-1)
     truth = three_output_function(x_test)[:, 2]
     for seed in range(5):
         generator = torch.Generator().manual_seed(seed)
-        x = torch.rand(30, 1, generator=generator, dtype=torch.double)
-        noise = math.sqrt(0.05) * torch.randn(30, 3, generator=generator, dtype=torch.double)
+        x = torch.rand(30, 1, generator=generator, dtype=dtype)
+        noise = math.sqrt(0.05) * torch.randn(30, 3, generator=generator, dtype=dtype)
         y = three_output_function(x) + noise
         gpar = fit(GPARModel(x, y, kernel="L-NL"))
         igp = fit(GPARModel(x, y, markov=0))
@@ -74,8 +82,8 @@ def test_gpar_beats_independent_gps_on_the_paper_synthetic_problem() -> None:
     assert wins >= 4
 
 
-def test_conditionals_train_on_the_rows_that_reached_them() -> None:
-    X, Y = partial_curves()
+def test_conditionals_train_on_the_rows_that_reached_them(dtype: torch.dtype) -> None:
+    X, Y = partial_curves(dtype=dtype)
     model = GPARModel(X, Y, output_names=EPOCHS)
     counts = [len(gp.train_targets) for gp in model.conditionals]
     assert counts == (~Y.isnan()).sum(0).tolist()
@@ -84,28 +92,30 @@ def test_conditionals_train_on_the_rows_that_reached_them() -> None:
     assert model.output_index(16) == 3
 
 
-def test_markov_window_and_independent_gps() -> None:
-    X, Y = partial_curves()
+def test_markov_window_and_independent_gps(dtype: torch.dtype) -> None:
+    X, Y = partial_curves(dtype=dtype)
     window = GPARModel(X, Y, markov=2)
     assert [window.window(m) for m in range(5)] == [[], [0], [0, 1], [1, 2], [2, 3]]
     independent = GPARModel(X, Y, markov=0)
     assert all(gp.train_inputs[0].shape[-1] == 2 for gp in independent.conditionals)
 
 
-@pytest.mark.parametrize("conventions", ["botorch", "paper"])
+@pytest.mark.parametrize(("conventions", "dtype"), SUPPORTED, ids=SUPPORTED_IDS)
 @pytest.mark.parametrize("family", list(KernelFamily))
-def test_every_kernel_family_fits_and_predicts(family: KernelFamily, conventions: str) -> None:
-    X, Y = partial_curves(n=25)
+def test_every_kernel_family_fits_and_predicts(
+    family: KernelFamily, conventions: str, dtype: torch.dtype
+) -> None:
+    X, Y = partial_curves(n=25, dtype=dtype)
     matern = family is KernelFamily.NL  # one family also covers the Matern-5/2 kernel on x
     model = fit(GPARModel(X, Y, kernel=family, conventions=conventions, use_rbf_kernel=not matern))
-    posterior = model.posterior(torch.rand(3, 1, 2, dtype=torch.double))
+    posterior = model.posterior(torch.rand(3, 1, 2, dtype=dtype))
     assert torch.isfinite(posterior.mean).all()
     assert (posterior.variance > 0).all()
 
 
-@pytest.mark.parametrize("conventions", ["botorch", "paper"])
-def test_matern_option_changes_only_the_kernel_on_x(conventions: str) -> None:
-    X, Y = partial_curves(n=20)
+@pytest.mark.parametrize(("conventions", "dtype"), SUPPORTED, ids=SUPPORTED_IDS)
+def test_matern_option_changes_only_the_kernel_on_x(conventions: str, dtype: torch.dtype) -> None:
+    X, Y = partial_curves(n=20, dtype=dtype)
     for family, on_outputs in [("L-NL", 2), ("NL-X", 1)]:
         model = GPARModel(X, Y, kernel=family, use_rbf_kernel=False, conventions=conventions)
         parts = model.conditionals[1].covar_module.kernels
@@ -113,8 +123,8 @@ def test_matern_option_changes_only_the_kernel_on_x(conventions: str) -> None:
         assert isinstance(parts[on_outputs].base_kernel, RBFKernel)
 
 
-def test_impute_fills_gaps_with_the_posterior_mean() -> None:
-    X, Y = partial_curves(n=30)
+def test_impute_fills_gaps_with_the_posterior_mean(dtype: torch.dtype) -> None:
+    X, Y = partial_curves(n=30, dtype=dtype)
     Y[3, 1] = NAN  # row 3 skips output 1 but observes output 2
     with pytest.raises(ValueError, match=r"not closed downwards: rows 3"):
         GPARModel(X, Y)
@@ -123,48 +133,51 @@ def test_impute_fills_gaps_with_the_posterior_mean() -> None:
     assert torch.isfinite(imputed)
     inputs = torch.cat([X[3:4], Y[3:4, :1]], -1).unsqueeze(0)  # 1 x 1 x 3
     expected = model.conditionals[1].posterior(inputs).mean.squeeze()
-    torch.testing.assert_close(imputed, expected)
+    torch.testing.assert_close(imputed, expected, **tolerance(dtype))
     # Output 1's own conditional still trains only on observed values.
     assert len(model.conditionals[1].train_targets) == int((~Y[:, 1].isnan()).sum())
 
 
-def test_denoise_feeds_posterior_means_forward() -> None:
-    X, Y = partial_curves(n=30)
+def test_denoise_feeds_posterior_means_forward(dtype: torch.dtype) -> None:
+    X, Y = partial_curves(n=30, dtype=dtype)
     model = fit(GPARModel(X, Y, denoise=True))
     observed = ~Y[:, 0].isnan()
     fed = model.fed_Y[observed, 0]
     expected = model.conditionals[0].posterior(X[observed].unsqueeze(-2)).mean.squeeze()
-    torch.testing.assert_close(fed, expected)
+    torch.testing.assert_close(fed, expected, **tolerance(dtype))
     assert not torch.allclose(fed, Y[observed, 0])
     # Conditional 1 trains on the denoised values, not the observations.
     torch.testing.assert_close(
         model.conditionals[1].input_transform.untransform(model.conditionals[1].train_inputs[0])[:, 2],
         model.fed_Y[~Y[:, 1].isnan(), 0],
+        **tolerance(dtype),
     )
 
 
-def test_state_dict_round_trip_reproduces_predictions() -> None:
-    X, Y = partial_curves(n=30)
+def test_state_dict_round_trip_reproduces_predictions(dtype: torch.dtype) -> None:
+    X, Y = partial_curves(n=30, dtype=dtype)
     for options in ({}, {"denoise": True}):
         model = fit(GPARModel(X, Y, **options))
         copy = GPARModel(X, Y, **options)
         copy.load_state_dict(model.state_dict())
-        X_test = torch.rand(4, 2, 2, dtype=torch.double)
+        X_test = torch.rand(4, 2, 2, dtype=dtype)
         torch.testing.assert_close(copy.posterior(X_test).mean, model.posterior(X_test).mean)
 
 
-def test_log_outcome_transform_gives_positive_samples() -> None:
-    X, Y = partial_curves(n=30)
+def test_log_outcome_transform_gives_positive_samples(dtype: torch.dtype) -> None:
+    X, Y = partial_curves(n=30, dtype=dtype)
     model = fit(GPARModel(X, Y, outcome_transform=Log()))
-    samples = model.posterior(torch.rand(5, 1, 2, dtype=torch.double)).rsample(torch.Size([64]))
+    samples = model.posterior(torch.rand(5, 1, 2, dtype=dtype)).rsample(torch.Size([64]))
     assert (samples > 0).all()
     with pytest.raises(ValueError, match="non-finite"):
         GPARModel(X, Y - 1.0, outcome_transform=Log())
 
 
-def test_condition_on_observations_adds_rows_without_refitting(curve_model: GPARModel) -> None:
-    x_new = torch.tensor([[0.5, 0.5]], dtype=torch.double)
-    y_new = torch.tensor([[0.8, 0.3, NAN, NAN, NAN]], dtype=torch.double)
+def test_condition_on_observations_adds_rows_without_refitting(
+    curve_model: GPARModel, dtype: torch.dtype,
+) -> None:
+    x_new = torch.tensor([[0.5, 0.5]], dtype=dtype)
+    y_new = torch.tensor([[0.8, 0.3, NAN, NAN, NAN]], dtype=dtype)
     conditioned = curve_model.condition_on_observations(x_new, y_new)
     assert len(conditioned.conditionals[1].train_targets) == len(
         curve_model.conditionals[1].train_targets
@@ -176,22 +189,24 @@ def test_condition_on_observations_adds_rows_without_refitting(curve_model: GPAR
         torch.testing.assert_close(old.likelihood.noise, new.likelihood.noise)
 
 
-def test_condition_on_observations_leaves_this_models_outcome_transform_alone() -> None:
-    X, Y = partial_curves(n=20)
+def test_condition_on_observations_leaves_this_models_outcome_transform_alone(
+    dtype: torch.dtype,
+) -> None:
+    X, Y = partial_curves(n=20, dtype=dtype)
     model = fit(GPARModel(X, Y, outcome_transform=Standardize(m=Y.shape[-1])))
     means = model.outcome_transform.means.clone()
-    X_test = torch.rand(3, 1, 2, dtype=torch.double)
+    X_test = torch.rand(3, 1, 2, dtype=dtype)
     before = model.posterior(X_test).mean
     model.condition_on_observations(X[:2], 10 * Y[:2].nan_to_num(1.0))
     torch.testing.assert_close(model.outcome_transform.means, means)
     torch.testing.assert_close(model.posterior(X_test).mean, before)
 
 
-def test_output_indices_untransform_their_own_outputs() -> None:
-    X, Y = partial_curves(n=20)
+def test_output_indices_untransform_their_own_outputs(dtype: torch.dtype) -> None:
+    X, Y = partial_curves(n=20, dtype=dtype)
     Y[:, 2] = 100 * Y[:, 2]  # outputs on different scales
     model = fit(GPARModel(X, Y, outcome_transform=Standardize(m=Y.shape[-1])))
-    X_test = torch.rand(2, 1, 2, dtype=torch.double)
+    X_test = torch.rand(2, 1, 2, dtype=dtype)
     full = model.posterior(X_test).rsample(torch.Size([2048])).mean(0)
     for indices in ([2], [2, 0, 1]):
         subset = model.posterior(X_test, output_indices=indices).rsample(torch.Size([2048])).mean(0)
@@ -200,18 +215,17 @@ def test_output_indices_untransform_their_own_outputs() -> None:
 
 
 def test_condition_on_observations_rejects_what_it_cannot_honour(
-    curve_model: GPARModel, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import gpar_bo.model as model_module
+    curve_model: GPARModel, monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype) -> None:
+    import gpar_bo.conditionals as conditionals_module
 
-    x_new = torch.tensor([[0.5, 0.5]], dtype=torch.double)
-    y_new = torch.tensor([[0.8, 0.3, NAN, NAN, NAN]], dtype=torch.double)
+    x_new = torch.tensor([[0.5, 0.5]], dtype=dtype)
+    y_new = torch.tensor([[0.8, 0.3, NAN, NAN, NAN]], dtype=dtype)
     with pytest.raises(TypeError, match="noise"):
         curve_model.condition_on_observations(x_new, y_new, noise=torch.ones(1, 5))
     with pytest.raises(ValueError, match="batched conditioning"):
         curve_model.condition_on_observations(x_new.unsqueeze(0), y_new.unsqueeze(0))
     # More data turning exact conditionals sparse would silently reset their kernels.
-    monkeypatch.setattr(model_module, "SPARSE_ABOVE", len(curve_model.train_X))
+    monkeypatch.setattr(conditionals_module, "SPARSE_ABOVE", len(curve_model.train_X))
     with pytest.raises(ValueError, match="SPARSE_ABOVE"):
         curve_model.condition_on_observations(x_new, y_new)
 
@@ -256,7 +270,9 @@ def test_paper_noise_floor_and_start_follow_the_outputs_units() -> None:
         gp = GPARModel(X, scale * Y, conventions="paper").conditionals[0]
         variance = (scale * Y[:, 0]).var()
         torch.testing.assert_close(gp.likelihood.noise, 0.1 * variance.reshape(1))
-        assert gp.likelihood.noise_covar.raw_noise_constraint.lower_bound == pytest.approx(1e-4 * variance)
+        assert gp.likelihood.noise_covar.raw_noise_constraint.lower_bound == pytest.approx(
+            1e-4 * variance
+        )
 
 
 def test_paper_noise_floor_follows_the_data_after_conditioning() -> None:
@@ -303,6 +319,21 @@ def test_bad_training_data_is_rejected(X: torch.Tensor, Y: torch.Tensor, message
         GPARModel(X.double(), Y.double())
 
 
+def test_unsupported_dtypes_are_rejected_before_any_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpar_bo.conditionals as conditionals_module
+
+    def no_work(*args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        raise AssertionError("a conditional was built before the dtype was checked")
+
+    monkeypatch.setattr(conditionals_module, "conditional_gp", no_work)
+    X, Y = partial_curves(n=20)
+    with pytest.raises(TypeError, match="train_X is torch.float16; GPAR needs float32 or float64"):
+        GPARModel(X.half(), Y.half())
+    paper_needs_float64 = r'conventions="paper" needs float64 data \(got torch.float32\)'
+    with pytest.raises(ValueError, match=paper_needs_float64):
+        GPARModel(X.float(), Y.float(), conventions="paper")
+
+
 def test_bad_options_and_names_are_rejected() -> None:
     X, Y = partial_curves(n=20)
     with pytest.raises(ValueError, match="markov"):
@@ -347,3 +378,103 @@ def test_conditional_fits_default_to_the_relative_tolerance_and_accept_overrides
     assert all(k["optimizer_kwargs"]["options"] == {"ftol": 1e-9, "maxiter": 7} for k in seen)
     fit_with(optimizer=fit_gpytorch_mll_torch, optimizer_kwargs={"step_limit": 3})
     assert all(k["optimizer_kwargs"] == {"step_limit": 3} for k in seen)
+
+
+# ------------------------------------------------- carrying hyperparameters
+def _curves(
+    n: int, seed: int, impute: bool, dtype: torch.dtype, scale: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    X, Y = partial_curves(n=n, seed=seed, dtype=dtype)
+    if impute:
+        Y[4, 1] = NAN  # skips output 1, observes output 2
+    return X, scale * Y + (scale - 1.0)
+
+
+def _hyperparameters(state: dict) -> dict:
+    return {k: v for k, v in state.items() if "_transform." not in k and "_constraint." not in k}
+
+
+@pytest.mark.parametrize(
+    "options", [{"denoise": True}, {"impute": True}], ids=["denoise", "impute"]
+)
+def test_hyperparameters_carried_to_other_data_refeed_with_that_datas_transforms(
+    options: dict, monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype) -> None:
+    import gpar_bo.model as model_module
+
+    impute = options.get("impute", False)
+    source = fit(GPARModel(*_curves(30, 0, impute, dtype), **options))
+    # Other runs, outputs in other units: other transforms.
+    X, Y = _curves(25, 1, impute, dtype, scale=3.0)
+    carried = GPARModel(X, Y, **options)
+    carried.load_state_dict(source.state_dict(), strict=True, keep_transforms=False)
+
+    # Reference: the same data "fitted" by setting each conditional to the source's
+    # hyperparameters, in order: the fit rebuilds each conditional's inputs from
+    # the conditionals before it, independently of load_state_dict.
+    fitted = iter(source.conditionals)
+
+    def set_hyperparameters(mll, **kwargs) -> None:  # noqa: ANN001, ANN003
+        mll.model.load_state_dict(_hyperparameters(next(fitted).state_dict()), strict=False)
+
+    monkeypatch.setattr(model_module, "fit_gpytorch_mll", set_hyperparameters)
+    reference = fit(GPARModel(X, Y, **options))
+    fresh = GPARModel(X, Y, **options)
+
+    # Fed values are recomputed with the loaded hyperparameters ...
+    assert not torch.allclose(fresh.fed_Y, reference.fed_Y, equal_nan=True)
+    torch.testing.assert_close(carried.fed_Y, reference.fed_Y, equal_nan=True, **tolerance(dtype))
+    # ... the transforms stay those of this model's data ...
+    for ours, theirs, other in zip(carried.conditionals, fresh.conditionals, source.conditionals):
+        torch.testing.assert_close(ours.input_transform.bounds, theirs.input_transform.bounds)
+        torch.testing.assert_close(ours.outcome_transform.means, theirs.outcome_transform.means)
+        assert not torch.allclose(ours.outcome_transform.means, other.outcome_transform.means)
+    # ... so the posterior is the reference's.
+    X_test = torch.rand(4, 2, 2, dtype=dtype, generator=torch.Generator().manual_seed(2))
+    base = torch.randn(8, 4, 2, Y.shape[-1], dtype=dtype)
+    torch.testing.assert_close(
+        carried.posterior(X_test).rsample_from_base_samples(torch.Size([8]), base),
+        reference.posterior(X_test).rsample_from_base_samples(torch.Size([8]), base),
+        **tolerance(dtype),
+    )
+
+
+def test_keep_transforms_loads_the_states_transforms_as_botorch_does(dtype: torch.dtype) -> None:
+    # One output: GPAR is a SingleTaskGP, so BoTorch's own load_state_dict with
+    # keep_transforms=True is the reference.
+    X1 = torch.rand(15, 2, dtype=dtype, generator=torch.Generator().manual_seed(1))
+    X2 = 0.5 + torch.rand(12, 2, dtype=dtype, generator=torch.Generator().manual_seed(2))
+    source = fit(GPARModel(X1, torch.sin(6 * X1[:, :1])))
+    Y2 = 2.0 + torch.cos(4 * X2[:, :1])
+    carried = GPARModel(X2, Y2)
+    carried.load_state_dict(source.state_dict())
+    gp = source.conditionals[0]
+    reference = SingleTaskGP(
+        X2, Y2, input_transform=Normalize(2, bounds=carried.conditionals[0].input_transform.bounds)
+    )
+    reference.load_state_dict(gp.state_dict(), keep_transforms=True)
+    reference.eval()
+    torch.testing.assert_close(
+        carried.conditionals[0].input_transform.bounds, gp.input_transform.bounds
+    )
+    X_test = torch.rand(5, 1, 2, dtype=dtype)
+    ours, theirs = carried.posterior(X_test), reference.posterior(X_test)
+    torch.testing.assert_close(ours.mean, theirs.mean, **tolerance(dtype))
+    torch.testing.assert_close(ours.variance, theirs.variance, **tolerance(dtype))
+
+
+def test_load_state_dict_strictness_counts_hyperparameters_only(curve_model: GPARModel) -> None:
+    X, Y = curve_model.train_X, curve_model.train_Y
+    fewer = GPARModel(X, Y[:, :3])
+    state = curve_model.state_dict()
+    with pytest.raises(RuntimeError, match="unexpected keys"):
+        fewer.load_state_dict(state, keep_transforms=False)
+    missing, unexpected = fewer.load_state_dict(state, strict=False, keep_transforms=False)
+    assert not missing and unexpected and all(k.startswith("conditionals.3.") or
+                                              k.startswith("conditionals.4.") for k in unexpected)
+    # Data-derived entries are neither needed nor loaded.
+    hyperparameters = _hyperparameters(state)
+    assert len(hyperparameters) < len(state)
+    same = GPARModel(X, Y)
+    assert same.load_state_dict(hyperparameters, keep_transforms=False) == ([], [])
+    with pytest.raises(RuntimeError, match="Missing key"):
+        same.load_state_dict(hyperparameters, keep_transforms=True)

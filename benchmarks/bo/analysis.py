@@ -114,7 +114,7 @@ def censored_epochs(traces: Sequence[dict], best: float, budget: int) -> tuple[f
     return float(np.where(np.isfinite(epochs), epochs, budget).mean()), reached
 
 
-def summarise(
+def summarize(
     runs: dict[str, list[dict]],
     best: float,
     before: float,

@@ -65,9 +65,9 @@ def test_exchange_predict_and_score_on_a_subset(tmp_path: Path) -> None:
     assert (tmp_path / "fx.png").stat().st_size > 0
 
 
-def test_standardise_ignores_missing_values() -> None:
+def test_standardize_ignores_missing_values() -> None:
     Y = torch.tensor([[1.0, float("nan")], [3.0, 2.0], [5.0, 4.0]], dtype=torch.double)
-    Z, mean, std = exchange.standardise(Y)
+    Z, mean, std = exchange.standardize(Y)
     assert torch.allclose(mean, torch.tensor([3.0, 3.0], dtype=torch.double))
     assert Z[0, 1].isnan() and torch.allclose(Z[1:, 1], torch.tensor([-1.0, 1.0], dtype=torch.double) / 2**0.5)
 
@@ -87,7 +87,7 @@ def test_speed_summary(tmp_path: Path) -> None:
     worse = {**run, "smse": 1.1}
     reference = {**run, "fit_wall": 10.0, "fit_cpu": 10.0}  # a stand-in, slower reference
     runs = {"paper": [run, worse], "botorch": [worse, worse], "reference": [reference, reference]}
-    rows = speed.summarise("maxiter 20", runs)
+    rows = speed.summarize("maxiter 20", runs)
     assert [r["implementation"] for r in rows][::2] == [
         "gpar_bo (paper), marginal samples", "gpar_bo (botorch), marginal samples", "reference gpar"]
     assert [r["seeds SMSE <= reference"] for r in rows] == [1, 2, 0, 2, 2]

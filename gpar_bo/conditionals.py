@@ -1,0 +1,247 @@
+r"""GPAR's conditionals: what each one sees and the BoTorch GP that models it.
+
+Conditional m is a single-output ``SingleTaskGP`` over ``x`` joined with the
+earlier outputs in its window, trained on the rows that observed output m. Its
+inputs are normalised with fixed bounds (the data range of each column) and, under
+BoTorch's conventions, its targets standardised. Everything here is a function of
+plain tensors; ``GPARModel`` strings the conditionals together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from botorch.models import SingleTaskGP
+from botorch.models.transforms.input import Normalize
+from botorch.models.transforms.outcome import Standardize
+from botorch.models.utils.gpytorch_modules import (
+    MIN_INFERRED_NOISE_LEVEL,
+    get_gaussian_likelihood_with_lognormal_prior,
+)
+from gpytorch.constraints import GreaterThan
+from gpytorch.kernels import InducingPointKernel
+from gpytorch.likelihoods import GaussianLikelihood
+from gpytorch.means import ZeroMean
+from torch import Tensor
+from torch.quasirandom import SobolEngine
+
+from gpar_bo.kernels import Conventions, KernelFamily, conditional_kernel
+from gpar_bo.prediction import ConditionalPredictor
+
+#: Conditionals with more training rows than this use inducing points by default.
+SPARSE_ABOVE = 1000
+#: Inducing points per conditional when they are switched on automatically.
+DEFAULT_NUM_INDUCING = 256
+
+
+def window(m: int, markov: int | None) -> list[int]:
+    """The earlier outputs conditional ``m`` sees (the last ``markov`` of them, if given)."""
+    start = 0 if markov is None else max(0, m - markov)
+    return list(range(start, m))
+
+
+def conditional_inputs(
+    train_X: Tensor, fed_Y: Tensor, window: Sequence[int], rows: Tensor | slice = slice(None)
+) -> Tensor:
+    """``rows x (d + len(window))``: x joined with the values fed from ``window``."""
+    return torch.cat([train_X[rows], fed_Y[rows][:, list(window)]], -1)
+
+
+def fed_rows(observed: Tensor, m: int, impute: bool, denoise: bool) -> Tensor:
+    """The rows whose value at output ``m`` is the conditional's posterior mean.
+
+    Imputing fills rows that skipped output m but observe a later one; denoising
+    (D-GPAR) replaces every observation that later conditionals see.
+
+    Args:
+        observed: An ``n x M`` bool tensor, True where an output is observed.
+
+    Returns:
+        An ``n`` bool tensor.
+    """
+    needed = observed[:, m:].any(-1) if impute else observed[:, m]
+    return needed if denoise else needed & ~observed[:, m]
+
+
+def num_inducing(requested: int | None, num_rows: int) -> int | None:
+    """Inducing points for a conditional with ``num_rows`` rows (None: exact)."""
+    if requested is not None:
+        return requested
+    return DEFAULT_NUM_INDUCING if num_rows > SPARSE_ABOVE else None
+
+
+def input_bounds(columns: Sequence[Tensor]) -> Tensor:
+    """Fixed normalisation bounds: the data range of each column block.
+
+    Args:
+        columns: ``n_i x k_i`` tensors (x, then each earlier output's observed
+            values), whose columns are the conditional's inputs in order.
+
+    Returns:
+        A ``2 x sum(k_i)`` tensor of lower and upper bounds.
+    """
+    lower = torch.cat([c.min(0).values for c in columns])
+    upper = torch.cat([c.max(0).values for c in columns])
+    # A constant column would divide by zero.
+    upper = torch.where(upper > lower, upper, lower + 1.0)
+    return torch.stack([lower, upper])
+
+
+def regular_inputs(train_X: Tensor, num: int) -> Tensor:
+    """``num x d`` regularly spaced points in the data's box (the paper's inducing x).
+
+    A grid for one input dimension, a scrambled Sobol sequence with a fixed seed
+    otherwise.
+    """
+    lower, upper = train_X.min(0).values, train_X.max(0).values
+    d = train_X.shape[-1]
+    if d == 1:
+        unit = torch.linspace(0, 1, num, dtype=lower.dtype).unsqueeze(-1)
+    else:
+        unit = SobolEngine(d, scramble=True, seed=0).draw(num).to(lower)
+    return lower + (upper - lower) * unit
+
+
+def inducing_inputs(
+    x: Tensor,
+    predictors: Sequence[ConditionalPredictor],
+    windows: Sequence[Sequence[int]],
+    window: Sequence[int],
+) -> Tensor:
+    """Untransformed inducing inputs of a conditional seeing ``window`` (the paper's recipe).
+
+    Args:
+        x: ``u x d`` inducing x (see ``regular_inputs``).
+        predictors: The fitted earlier conditionals, in output order.
+        windows: The earlier outputs each of them sees.
+        window: The earlier outputs the conditional sees.
+
+    Returns:
+        ``u x (d + len(window))``: ``x`` joined with the earlier outputs' plug-in
+        posterior means at ``x`` (each mean fed into the later conditionals).
+    """
+    means: list[Tensor] = []  # u x 1 per earlier output
+    with torch.no_grad():
+        for predictor, seen in zip(predictors, windows):
+            Z = torch.cat([x, *(means[i] for i in seen)], -1)
+            mean, _ = predictor(Z.unsqueeze(-2), joint=False)
+            means.append(mean)
+    return torch.cat([x, *(means[j] for j in window)], -1)
+
+
+def conditional_gp(
+    inputs: Tensor,
+    targets: Tensor,
+    bounds: Tensor,
+    x_dims: int,
+    family: KernelFamily,
+    use_rbf_kernel: bool,
+    conventions: Conventions,
+    inducing_inputs: Tensor | None = None,
+    learn_inducing_points: bool = False,
+) -> SingleTaskGP:
+    r"""The GP of one conditional, unfitted.
+
+    Args:
+        inputs: ``n x D`` untransformed inputs (x joined with the earlier outputs).
+        targets: ``n x 1`` targets.
+        bounds: ``2 x D`` normalisation bounds (see ``input_bounds``).
+        x_dims: The number ``d`` of x columns (the first ones).
+        family: The kernel family (``KernelFamily``).
+        use_rbf_kernel: EQ kernel on x, or Matern-5/2.
+        conventions: BoTorch's ``SingleTaskGP`` defaults or the paper's (see
+            ``Conventions``).
+        inducing_inputs: ``u x D`` untransformed inducing inputs for an SGPR
+            conditional (GPyTorch's ``InducingPointKernel``), or None for an exact one.
+        learn_inducing_points: Optimise the inducing inputs with the hyperparameters.
+
+    Returns:
+        A ``SingleTaskGP`` with a ``Normalize`` input transform with fixed bounds and,
+        under BoTorch's conventions, a ``Standardize`` outcome transform.
+    """
+    paper = conventions is Conventions.PAPER
+    input_transform = Normalize(d=inputs.shape[-1], bounds=bounds)
+    covar_module = conditional_kernel(
+        family,
+        x_dims=x_dims,
+        y_dims=inputs.shape[-1] - x_dims,
+        use_rbf_kernel=use_rbf_kernel,
+        conventions=conventions,
+    )
+    if paper:
+        likelihood = paper_likelihood(targets)
+        mean_module = ZeroMean()
+    else:
+        likelihood = get_gaussian_likelihood_with_lognormal_prior()
+        mean_module = None  # SingleTaskGP's constant mean
+    if inducing_inputs is not None:
+        covar_module = InducingPointKernel(
+            covar_module, inducing_points=input_transform(inducing_inputs), likelihood=likelihood
+        )
+        covar_module.inducing_points.requires_grad_(learn_inducing_points)
+    gp = SingleTaskGP(
+        inputs,
+        targets,
+        likelihood=likelihood,
+        covar_module=covar_module,
+        mean_module=mean_module,
+        outcome_transform=None if paper else Standardize(m=1),
+        input_transform=input_transform,
+    )
+    return gp.to(inputs)
+
+
+def with_training_data(
+    gp: SingleTaskGP, inputs: Tensor, targets: Tensor, inducing_inputs: Tensor | None = None
+) -> SingleTaskGP:
+    """The same conditional (its modules, so its hyperparameters) on new data.
+
+    Its input and outcome transforms are kept as they are (evaluation mode: they
+    are not refitted to the new data), so only the data changes: e.g. imputed or
+    denoised earlier outputs, or targets re-expressed under loaded statistics.
+
+    Args:
+        gp: A conditional built by ``conditional_gp``.
+        inputs: ``n x D`` untransformed inputs.
+        targets: ``n x 1`` targets.
+        inducing_inputs: ``u x D`` untransformed inducing inputs replacing a fixed
+            SGPR conditional's, if given.
+    """
+    if inducing_inputs is not None:
+        gp.covar_module.inducing_points.data = gp.input_transform(inducing_inputs)
+    outcome_transform = getattr(gp, "outcome_transform", None)
+    if outcome_transform is not None:
+        # SingleTaskGP would refit a transform it is given to the new targets.
+        outcome_transform.eval()
+        targets, _ = outcome_transform(targets)
+    rebuilt = SingleTaskGP(
+        inputs,
+        targets,
+        likelihood=gp.likelihood,
+        covar_module=gp.covar_module,
+        mean_module=gp.mean_module,
+        outcome_transform=None,
+        input_transform=gp.input_transform,
+    )
+    if outcome_transform is not None:
+        rebuilt.outcome_transform = outcome_transform
+    return rebuilt.to(inputs)
+
+
+def paper_likelihood(targets: Tensor) -> GaussianLikelihood:
+    """A prior-free Gaussian likelihood for targets in their own units.
+
+    BoTorch's noise floor is meant for standardised targets and the reference
+    starts the noise at 0.1 for data of about unit variance; here both scale
+    with the targets' variance, so outputs such as small error rates work too.
+    """
+    variance = targets.var() if len(targets) > 1 else targets.new_ones(())
+    variance = torch.where(variance > 0, variance, torch.ones_like(variance))
+    return GaussianLikelihood(
+        noise_constraint=GreaterThan(
+            MIN_INFERRED_NOISE_LEVEL * variance.item(),
+            transform=None,
+            initial_value=0.1 * variance.item(),
+        )
+    )
