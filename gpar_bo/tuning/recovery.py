@@ -80,6 +80,8 @@ def progress_files(directory: str | Path) -> dict[int, Path]:
 
 def _alive(pid: int) -> bool:
     """Whether process ``pid`` runs on this host (a zombie does not)."""
+    if pid <= 0:  # not a pid: os.kill would address a process group or every process
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

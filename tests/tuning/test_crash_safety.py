@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -68,7 +69,8 @@ def _files(out: Path) -> dict[int, str]:
     return {int(p.stem.split("_")[1]): p.read_text() for p in runs.glob("trial_*.jsonl")}
 
 
-def _wait_for(condition, process: subprocess.Popen, what: str, timeout: float = 300.0) -> None:
+def _wait_for(condition: Callable[[], object], process: subprocess.Popen, what: str,
+              timeout: float = 300.0) -> None:
     # Generous: on a loaded 2-core machine a process and its workers take a minute to start.
     deadline = time.monotonic() + timeout
     while not condition():

@@ -86,3 +86,19 @@ def test_the_lock_is_exclusive_within_a_process_too(tmp_path: Path) -> None:
             DirectoryLock(tmp_path).acquire()
     with DirectoryLock(tmp_path) as again:  # released on exit: free again
         assert again.taken_over is None
+
+
+def test_the_cli_refuses_a_locked_directory_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from gpar_bo.cli import main
+    from gpar_bo.tuning.lock import DirectoryLock
+
+    with DirectoryLock(tmp_path):
+        code = main(["tune", "--out", str(tmp_path), "--epochs", "3", "--budget", "6",
+                     "--max-examples", "300", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("gpar-bo tune: error:")]
+    assert len(lines) == 1 and f"pid {os.getpid()}" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tune.lock"]  # nothing started
