@@ -1,9 +1,17 @@
 """``gpar-bo tune``: the tuning application built on :mod:`gpar_bo.ax`.
 
 * :mod:`~gpar_bo.tuning.loop`: :func:`tune`, the Orchestrator loop under an epoch budget;
-* :mod:`~gpar_bo.tuning.snapshot`: its JSON snapshot and resume;
+* :mod:`~gpar_bo.tuning.checks`: every setting and input checked before anything starts;
+* :mod:`~gpar_bo.tuning.lock`: one process at a time per output directory;
+* :mod:`~gpar_bo.tuning.snapshot` / :mod:`~gpar_bo.tuning.atomic`: its JSON snapshot,
+  written atomically with a last good copy;
+* :mod:`~gpar_bo.tuning.resume` / :mod:`~gpar_bo.tuning.recovery`: resume, recovery
+  from a damaged snapshot, and reconciliation with the jobs' progress files after a crash;
 * :mod:`~gpar_bo.tuning.runner` / :mod:`~gpar_bo.tuning.jobs`: ``CurveRunner`` and
   ``CurveMetric`` for training jobs in local processes or on dask, and the jobs' protocol;
 * :mod:`~gpar_bo.tuning.report`: the report (JSON and PNG);
+* :mod:`~gpar_bo.tuning.errors`: the errors shown to the user as one line;
 * :mod:`~gpar_bo.tuning.cli`: the ``gpar-bo tune`` sub-command.
+
+What is guaranteed after a crash, and how it is tested: ``docs/reliability.md``.
 """

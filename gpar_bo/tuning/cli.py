@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import signal
+import sys
 from pathlib import Path
 
 __all__ = ["add_tune_parser", "run_tune"]
@@ -22,7 +23,9 @@ def add_tune_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
             "early-stopped trials; running trials that GPAR gives little chance of beating "
             "the best final validation error are stopped. Writes OUT/snapshot.json (Ax's "
             "JSON experiment; rerun the same command to resume after an interruption), "
-            "OUT/runs/ (per-epoch progress of each trial) and OUT/report.{json,png}."
+            "OUT/runs/ (per-epoch progress of each trial) and OUT/report.{json,png}. "
+            "One process at a time may use OUT; after a crash (even kill -9) rerunning "
+            "resumes without losing a trial."
         ),
     )
     p.add_argument("--out", type=Path, default=Path("gpar-bo-tune"),
@@ -47,6 +50,11 @@ def add_tune_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
                    help="run trials on dask.distributed (a LocalCluster unless --scheduler)")
     p.add_argument("--scheduler", default=None,
                    help="address of an existing dask scheduler, e.g. tcp://host:8786")
+    p.add_argument("--scheduler-timeout", type=float, default=10.0,
+                   help="seconds to wait for --scheduler to answer at start (default 10)")
+    p.add_argument("--recover", action="store_true",
+                   help="if OUT/snapshot.json is damaged or missing, resume from its last "
+                        "good copy (snapshot.json.bak) or rebuild the run from OUT/runs/")
     p.add_argument("--thorough-gpar", action="store_true",
                    help="fit GPAR and optimise its acquisition with BoTorch's full defaults "
                         "(several times slower per trial than the default budgets)")
@@ -68,16 +76,21 @@ FAST_GPAR = {
 
 
 def run_tune(args: argparse.Namespace) -> int:
+    """Run ``gpar-bo tune``: check everything, then tune; bad input and refusals
+    are one line on stderr with exit status 2, never a traceback."""
     import torch
 
     from gpar_bo.problems.mnist.job import mnist_problem
-    from gpar_bo.tuning.loop import check_tune_options, tune
+    from gpar_bo.tuning.errors import TuneError, TuneSettingsError
+    from gpar_bo.tuning.loop import tune
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # `kill` (SIGTERM) ends the loop like Ctrl-C: snapshot saved, jobs stopped.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     # GPAR's small GP fits are fastest on one thread; the workers train on one each.
     torch.set_num_threads(1)
+    if args.scheduler_timeout <= 0:
+        args.parser.error(f"--scheduler-timeout must be > 0 (got {args.scheduler_timeout})")
     problem = mnist_problem(
         epochs=args.epochs,
         data_dir=None if args.data_dir is None else str(args.data_dir.resolve()),
@@ -85,17 +98,23 @@ def run_tune(args: argparse.Namespace) -> int:
         max_examples=args.max_examples,
     )
     try:
-        check_tune_options(problem, args.budget, args.workers, args.sobol_trials,
-                            args.threshold, args.min_epochs, None)
-    except ValueError as error:
+        report = tune(
+            problem, args.out, args.budget, workers=args.workers,
+            num_sobol_trials=args.sobol_trials, threshold=args.threshold,
+            min_epochs=args.min_epochs, use_dask=args.dask or args.scheduler is not None,
+            scheduler_address=args.scheduler, seed=args.seed, progress=not args.no_progress,
+            recover=args.recover, scheduler_timeout=args.scheduler_timeout,
+            **({} if args.thorough_gpar else FAST_GPAR),
+        )
+    except TuneSettingsError as error:
         args.parser.error(str(error))
-    report = tune(
-        problem, args.out, args.budget, workers=args.workers,
-        num_sobol_trials=args.sobol_trials, threshold=args.threshold,
-        min_epochs=args.min_epochs, use_dask=args.dask or args.scheduler is not None,
-        scheduler_address=args.scheduler, seed=args.seed, progress=not args.no_progress,
-        **({} if args.thorough_gpar else FAST_GPAR),
-    )
+    except TuneError as error:
+        print(f"gpar-bo tune: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"gpar-bo tune: interrupted; the snapshot is saved: rerun the same command "
+              f"to resume from {args.out}.", file=sys.stderr)
+        return 130
     best = report["best"]
     summary = {
         "trials": len(report["trials"]),

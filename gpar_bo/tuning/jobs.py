@@ -1,7 +1,11 @@
 """Training jobs as run by the workers, and the progress-file protocol they write.
 
-A job trains one configuration and appends one JSON line per reported step to
-its progress file, ``{"step": 3, "values": {"val_error": 0.12, ...}}``, then a
+The runner creates a trial's progress file, exclusively (an existing file is never
+overwritten), with a header line naming the trial and its configuration,
+``{"trial": 3, "arm": "3_0", "parameters": {...}, "train": ..., "train_kwargs": {...}}``,
+before it starts the job, so that the file alone says what ran. The job then
+appends ``{"started": {"pid": ..., "host": ...}}`` and one JSON line per reported
+step to its progress file, ``{"step": 3, "values": {"val_error": 0.12, ...}}``, then a
 final ``{"status": "completed" | "stopped" | "failed", ...}`` line. Before each
 step's report returns, the job checks for a stop file next to it; if present it
 stops after that step, recording the file's text as the stop reason, unless that
@@ -21,14 +25,19 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import socket
 import traceback
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "JobRecord",
     "Report",
+    "create_progress_file",
     "exit_with_parent",
+    "read_job",
     "read_progress",
     "resolve",
     "run_training_job",
@@ -71,6 +80,60 @@ def _append(path: Path, record: Mapping[str, Any]) -> None:
         os.fsync(file.fileno())
 
 
+def create_progress_file(path: str | Path, header: Mapping[str, Any]) -> None:
+    """Create a job's progress file with its header line, durably, before the job
+    starts.
+
+    Raises:
+        FileExistsError: The file exists: it records an earlier job and is never
+            overwritten.
+    """
+    with open(path, "x") as file:
+        file.write(json.dumps(dict(header)) + "\n")
+        file.flush()
+        os.fsync(file.fileno())
+
+
+@dataclass
+class JobRecord:
+    """What a progress file says.
+
+    Attributes:
+        header: The runner's header line (None for files from before headers).
+        started: ``{"pid", "host"}`` of the process running the job, once started.
+        steps: ``[(step, values), ...]`` in report order.
+        status: The final status record, None while the job runs (or if it died).
+    """
+
+    header: dict | None = None
+    started: dict | None = None
+    steps: list[tuple[float, dict[str, float]]] = field(default_factory=list)
+    status: dict | None = None
+
+
+def read_job(path: str | Path) -> JobRecord:
+    """Read a progress file; a missing file reads as an empty record."""
+    job = JobRecord()
+    try:
+        lines = Path(path).read_text().splitlines()
+    except FileNotFoundError:
+        return job
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line being written right now, or cut short by a kill
+        if "status" in record:
+            job.status = record
+        elif "trial" in record:
+            job.header = record
+        elif "started" in record:
+            job.started = record["started"]
+        elif "step" in record:
+            job.steps.append((float(record["step"]), dict(record["values"])))
+    return job
+
+
 def read_progress(path: str | Path) -> tuple[list[tuple[float, dict[str, float]]], dict | None]:
     """The reported steps of a progress file and its final status record.
 
@@ -79,21 +142,8 @@ def read_progress(path: str | Path) -> tuple[list[tuple[float, dict[str, float]]
         (``{"status": ...}``) or None while the job runs. A missing file reads as
         no steps and no status.
     """
-    steps, status = [], None
-    try:
-        lines = Path(path).read_text().splitlines()
-    except FileNotFoundError:
-        return steps, status
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line being written right now
-        if "status" in record:
-            status = record
-        else:
-            steps.append((float(record["step"]), dict(record["values"])))
-    return steps, status
+    job = read_job(path)
+    return job.steps, job.status
 
 
 def run_training_job(
@@ -111,6 +161,9 @@ def run_training_job(
     """
     progress, stop = Path(progress_file), Path(stop_file)
     stopped = False
+    # Who runs the job: a resumed tuning process waits for a job of its host that
+    # is still alive before it settles the trial.
+    _append(progress, {"started": {"pid": os.getpid(), "host": socket.gethostname()}})
 
     def report(step: float, values: Mapping[str, float]) -> bool:
         nonlocal stopped

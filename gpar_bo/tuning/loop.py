@@ -2,15 +2,23 @@ r"""The tuning loop: Ax's ``Orchestrator`` + GPAR + early stopping under an epoc
 
 ``tune`` runs (or resumes) an experiment in one output directory:
 
+* ``tune.lock``: held for the whole run; a second process on the directory is
+  refused at once (:mod:`gpar_bo.tuning.lock`);
 * ``snapshot.json``: Ax's JSON encoding of the experiment and generation
-  strategy, rewritten atomically after every poll of the Orchestrator;
-* ``runs/``: the trials' progress files (:mod:`gpar_bo.tuning.jobs`);
+  strategy, replaced atomically after every poll of the Orchestrator and, before
+  any job starts, with the trials about to run (write-ahead); the previous one is
+  kept as ``snapshot.json.bak`` (:mod:`gpar_bo.tuning.snapshot`);
+* ``runs/``: the trials' progress files (:mod:`gpar_bo.tuning.jobs`), never
+  overwritten;
 * ``report.json`` / ``report.png``: :mod:`gpar_bo.tuning.report`, refreshed as it runs.
 
-If ``snapshot.json`` exists, the loop resumes it: trials that completed since the
-last snapshot are recovered from their progress files, trials that were running
-(their process died with the old loop) are marked FAILED, and generation goes on
-from the stored generation strategy.
+Every setting and input is checked before anything starts
+(:mod:`gpar_bo.tuning.checks`). If ``snapshot.json`` exists, the loop resumes it
+(:mod:`gpar_bo.tuning.resume`) and first reconciles it with ``runs/``
+(:mod:`gpar_bo.tuning.recovery`): trials that ran on after the last snapshot get all
+their reported epochs and their final status (interrupted jobs are FAILED), and
+generation goes on from the stored generation strategy. After ``kill -9`` at any
+moment no trial is lost, rerun or overwritten.
 
 The budget counts epochs: no new trial starts once the epochs trained plus those
 the running trials may still train, plus one full trial, would exceed it.
@@ -21,25 +29,41 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ax.api.utils.instantiation.from_string import optimization_config_from_string
+from ax.core.base_trial import BaseTrial
 from ax.core.experiment import Experiment
 from ax.core.parameter import RangeParameter
 from ax.core.search_space import SearchSpace
 from ax.core.trial_status import TrialStatus
+from ax.generation_strategy.generation_strategy import GenerationStrategy
 from ax.global_stopping.strategies.base import BaseGlobalStoppingStrategy
-from ax.orchestration.orchestrator import Orchestrator, OrchestratorOptions
+from ax.orchestration.orchestrator import (
+    FailureRateExceededError,
+    Orchestrator,
+    OrchestratorOptions,
+)
 
 from gpar_bo.ax.checkpoints import Checkpoints
 from gpar_bo.ax.early_stopping import GPAREarlyStoppingStrategy
 from gpar_bo.ax.generation import gpar_generation_strategy
+from gpar_bo.tuning.checks import (
+    check_job,
+    check_output_directory,
+    check_scheduler,
+    check_tune_options,
+)
+from gpar_bo.tuning.errors import TuneError
+from gpar_bo.tuning.lock import DirectoryLock
+from gpar_bo.tuning.recovery import reconcile, sync_trial_data
 from gpar_bo.tuning.report import write_report
+from gpar_bo.tuning.resume import open_experiment
 from gpar_bo.tuning.runner import CurveMetric, CurveRunner
-from gpar_bo.tuning.snapshot import SNAPSHOT, load_snapshot, save_snapshot
+from gpar_bo.tuning.snapshot import SNAPSHOT, save_snapshot
 
 __all__ = [
     "EpochBudget",
@@ -63,6 +87,9 @@ class TuningProblem:
         train: The training function, ``"module:function"`` (:mod:`gpar_bo.tuning.jobs`).
         train_kwargs: Its keyword arguments (JSON-serialisable).
         tracking_metrics: Further values the job reports, recorded but not optimised.
+        check: ``"module:function"`` called as ``check(**train_kwargs)`` in the tuning
+            process before anything starts; raises ``ValueError`` (one line) if the
+            job could not work, e.g. its data is missing or too small.
     """
 
     name: str
@@ -72,6 +99,7 @@ class TuningProblem:
     train: str
     train_kwargs: dict[str, Any] = field(default_factory=dict)
     tracking_metrics: list[str] = field(default_factory=list)
+    check: str | None = None
 
     @property
     def checkpoints(self) -> Checkpoints:
@@ -142,27 +170,34 @@ def _new_experiment(problem: TuningProblem, runner: CurveRunner) -> Experiment:
     )
 
 
-def check_tune_options(
-    problem: TuningProblem, budget_epochs: int, workers: int, num_sobol_trials: int,
-    threshold: float, min_epochs: int, max_trials: int | None,
-) -> None:
-    """Reject settings under which ``tune`` would run no trial or could not work."""
-    problems = []
-    if workers < 1:
-        problems.append(f"workers must be >= 1 (got {workers})")
-    if budget_epochs < problem.epochs:
-        problems.append(f"the budget ({budget_epochs} epochs) must cover one full trial "
-                        f"({problem.epochs} epochs)")
-    if num_sobol_trials < 0:
-        problems.append(f"num_sobol_trials must be >= 0 (got {num_sobol_trials})")
-    if not 0 < threshold < 1:
-        problems.append(f"threshold must be a probability in (0, 1) (got {threshold})")
-    if not 1 <= min_epochs <= problem.epochs:
-        problems.append(f"min_epochs must be in [1, {problem.epochs}] (got {min_epochs})")
-    if max_trials is not None and max_trials < 1:
-        problems.append(f"max_trials must be >= 1 (got {max_trials})")
-    if problems:
-        raise ValueError("Bad tuning settings: " + "; ".join(problems) + ".")
+class _WriteAheadOrchestrator(Orchestrator):
+    """An Orchestrator that saves the snapshot before it starts any job.
+
+    The trials about to run are then in the snapshot (as CANDIDATE) before their
+    jobs exist, so a crash at any later moment cannot leave a job the snapshot does
+    not know about.
+    """
+
+    def __init__(self, *args: Any, save: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._save = save
+
+    def run_trials(self, new_trials: list[BaseTrial], existing_trials: list[BaseTrial],
+                   stage_only: bool = False) -> dict[int, dict[str, Any]]:
+        self._save()
+        return super().run_trials(new_trials=new_trials, existing_trials=existing_trials,
+                                  stage_only=stage_only)
+
+
+def _failure_cause(experiment: Experiment, runner: CurveRunner) -> str:
+    """The errors failed jobs recorded, most common first, for a one-line message."""
+    failed = [t for t in experiment.trials.values() if t.status == TrialStatus.FAILED]
+    causes: dict[str, list[int]] = {}
+    for trial in failed:
+        causes.setdefault(runner.poll_exception(trial).strip().splitlines()[-1], []).append(
+            trial.index)
+    ranked = sorted(causes.items(), key=lambda item: -len(item[1]))
+    return "; ".join(f"trials {indices}: {cause}" for cause, indices in ranked[:3])
 
 
 def tune(
@@ -183,6 +218,8 @@ def tune(
     poll_seconds: float = 1.0,
     report_seconds: float = 30.0,
     max_trials: int | None = None,
+    recover: bool = False,
+    scheduler_timeout: float = 10.0,
 ) -> dict[str, Any]:
     """Tune ``problem`` under an epoch budget; resume if ``directory`` has a snapshot.
 
@@ -206,57 +243,70 @@ def tune(
         poll_seconds: Seconds between polls of running trials.
         report_seconds: Minimum seconds between refreshes of the report.
         max_trials: Also stop after this many trials in total (default: budget only).
+        recover: If the snapshot is damaged or missing, resume from its last good
+            copy, or rebuild the experiment from ``runs/`` (see
+            :mod:`gpar_bo.tuning.resume`).
+        scheduler_timeout: Seconds to wait for ``scheduler_address`` to answer.
 
     Returns:
         The final report (see :func:`gpar_bo.tuning.report.build_report`).
+
+    Raises:
+        TuneSettingsError: Bad settings or inputs, found before anything starts.
+        DirectoryLocked: Another process is using ``directory``.
+        SnapshotDamaged: The snapshot cannot be read (and ``recover`` is False).
+        TuneError: Too many trials failed (the message gives their recorded errors).
     """
+    check_tune_options(problem, budget_epochs, workers, num_sobol_trials, threshold,
+                       min_epochs, max_trials)
+    check_job(problem)
+    if use_dask and scheduler_address is not None:
+        check_scheduler(scheduler_address, scheduler_timeout)
+    directory = check_output_directory(directory)
+    with DirectoryLock(directory):
+        return _tune_locked(
+            problem, directory, budget_epochs, workers=workers,
+            num_sobol_trials=num_sobol_trials, threshold=threshold, min_epochs=min_epochs,
+            use_dask=use_dask, scheduler_address=scheduler_address, seed=seed,
+            progress=progress, fit_kwargs=fit_kwargs,
+            acqf_optimizer_kwargs=acqf_optimizer_kwargs, poll_seconds=poll_seconds,
+            report_seconds=report_seconds, max_trials=max_trials, recover=recover,
+        )
+
+
+def _tune_locked(
+    problem: TuningProblem, directory: Path, budget_epochs: int, *, workers: int,
+    num_sobol_trials: int, threshold: float, min_epochs: int, use_dask: bool,
+    scheduler_address: str | None, seed: int, progress: bool,
+    fit_kwargs: Mapping[str, Any] | None, acqf_optimizer_kwargs: Mapping[str, Any] | None,
+    poll_seconds: float, report_seconds: float, max_trials: int | None, recover: bool,
+) -> dict[str, Any]:
+    """:func:`tune` once its checks passed and it holds the directory's lock."""
     from tqdm.auto import tqdm
 
-    check_tune_options(problem, budget_epochs, workers, num_sobol_trials, threshold,
-                        min_epochs, max_trials)
-    # Absolute: trials store their progress files' paths, which a resume from another
-    # working directory must still find.
-    directory = Path(directory).resolve()
-    directory.mkdir(parents=True, exist_ok=True)
     snapshot = directory / SNAPSHOT
     runner = CurveRunner(problem.train, str(directory / "runs"), problem.train_kwargs,
                          max_workers=workers, use_dask=use_dask,
                          scheduler_address=scheduler_address, final_step=problem.epochs)
-    if snapshot.exists():
-        experiment, strategy = load_snapshot(snapshot)
-        stored = experiment.runner
-        same = (
-            experiment.name == problem.name
-            and isinstance(stored, CurveRunner)
-            and stored.train == problem.train
-            and stored.train_kwargs == problem.train_kwargs
-            and list(experiment.search_space.parameters) == [p.name for p in problem.parameters]
-        )
-        if not same:
-            raise ValueError(
-                f"{directory} holds another tuning experiment ({experiment.name!r}, job "
-                f"settings {getattr(stored, 'train_kwargs', None)}); use another output "
-                f"directory to start {problem.name!r} with {problem.train_kwargs}."
-            )
-        # A fresh runner (same job) owns no jobs, so it reports the trials that were
-        # running as FAILED, and recovers any that finished since the snapshot.
-        runner = CurveRunner(runner.train, runner.directory,
-                             dict(experiment.runner.train_kwargs), workers, use_dask,
-                             scheduler_address, final_step=problem.epochs)
-        experiment.runner = runner
-        logger.info("Resuming %s: %d trials so far.", snapshot, len(experiment.trials))
-    else:
-        experiment = _new_experiment(problem, runner)
-        strategy = gpar_generation_strategy(
+
+    def new() -> tuple[Experiment, GenerationStrategy]:
+        return _new_experiment(problem, runner), gpar_generation_strategy(
             problem.checkpoints, metric_name=problem.metric, num_sobol_trials=num_sobol_trials,
             seed=seed, fit_kwargs=fit_kwargs, acqf_optimizer_kwargs=acqf_optimizer_kwargs,
         )
+
+    experiment, strategy = open_experiment(
+        directory, problem.name, [p.name for p in problem.parameters], runner, new,
+        recover=recover)
+    # Before any new job: settle what the jobs of an earlier run did.
+    reconcile(experiment, runner)
+    save_snapshot(snapshot, experiment, strategy)
     early_stopping = GPAREarlyStoppingStrategy(
         problem.checkpoints, metric_name=problem.metric, threshold=threshold,
         min_progression=min_epochs, fit_kwargs=fit_kwargs, seed=seed,
     )
     budget = EpochBudget(budget_epochs, problem.metric, problem.epochs)
-    orchestrator = Orchestrator(
+    orchestrator = _WriteAheadOrchestrator(
         experiment=experiment,
         generation_strategy=strategy,
         options=OrchestratorOptions(
@@ -270,6 +320,7 @@ def tune(
             # Interrupted trials are FAILED on resume; they must not end the run.
             min_failed_trials_for_failure_rate_check=max(5, workers + 1),
         ),
+        save=lambda: save_snapshot(snapshot, experiment, strategy),
     )
     remaining = (max_trials - len(experiment.trials)) if max_trials is not None else 10**6
     bar = tqdm(total=budget_epochs, unit="epoch", disable=not progress, desc="tuning")
@@ -285,11 +336,19 @@ def tune(
             bar.set_postfix(trials=len(experiment.trials),
                             best="-" if best is None else f"{best:.4f}")
             bar.refresh()
+    except FailureRateExceededError as error:
+        # Ax's error names no cause; the jobs recorded theirs in their progress files.
+        raise TuneError(
+            f"Stopped: too many trials failed ({_failure_cause(experiment, runner)}). "
+            f"Their progress files are in {runner.directory}."
+        ) from error
     finally:
         bar.close()
         save_snapshot(snapshot, experiment, strategy)
         runner.shutdown()  # waits for local jobs to finish their current epoch
-        # The epochs jobs wrote after Ax's last poll (e.g. after a stop) count too.
+        # The epochs jobs wrote after Ax's last poll (e.g. after a stop) count too,
+        # those of failed trials included, which Ax no longer fetches.
         experiment.fetch_data()
+        sync_trial_data(experiment)
         save_snapshot(snapshot, experiment, strategy)
     return write_report(experiment, problem.checkpoints, early_stopping, directory)

@@ -108,16 +108,27 @@ def _plot(report: dict[str, Any], path: Path) -> None:
         best = report["best"]
         ax.plot(best["steps"], best["values"], color="black", lw=2.5,
                 label=f"best: trial {best['trial_index']} ({best['final']:.4g})")
-    # Legend proxies for the styles above.
-    ax.plot([], [], color="0.6", label="completed")
-    ax.plot([], [], color="tab:red", ls="--", marker="x", label="early-stopped")
-    ax.plot([], [], color="tab:blue", label="running")
-    ax.errorbar([], [], yerr=[], fmt="o", color="tab:blue", alpha=0.5,
-                label="GPAR final-value 90% band")
+    # Legend proxies for the styles above, only for what was drawn.
+    trials = report["trials"]
+    grey = {t["status"] for t in trials if not t["stopped"] and t["status"] != "RUNNING"}
+    if grey:
+        ax.plot([], [], color="0.6", label=" / ".join(
+            {"COMPLETED": "completed", "FAILED": "failed"}.get(s, s.lower())
+            for s in sorted(grey)))
+    if any(t["stopped"] for t in trials):
+        ax.plot([], [], color="tab:red", ls="--", marker="x", label="early-stopped")
+    if any(t["status"] == "RUNNING" for t in trials):
+        ax.plot([], [], color="tab:blue", label="running")
+    for stopped, color in ((False, "tab:blue"), (True, "tab:red")):
+        if any("predicted_final" in t and t["stopped"] == stopped for t in trials):
+            ax.errorbar([], [], yerr=[], fmt="o", color=color, alpha=0.5,
+                        label="GPAR final-value 90% band"
+                              + (" (early-stopped)" if stopped else ""))
     ax.set_xlabel("epoch")
     ax.set_ylabel(report["metric"])
     ax.set_title(f"{len(report['trials'])} trials, {report['epochs_trained']} epochs trained")
-    ax.legend(fontsize=8, loc="upper right")
+    if ax.get_legend_handles_labels()[0]:  # an empty report draws nothing to name
+        ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -38,7 +38,12 @@ from ax.storage.registry_bundle import RegistryBundle
 from ax.storage.runner_registry import register_runners
 from ax.utils.common.result import Err, Ok
 
-from gpar_bo.tuning.jobs import exit_with_parent, read_progress, run_training_job
+from gpar_bo.tuning.jobs import (
+    create_progress_file,
+    exit_with_parent,
+    read_progress,
+    run_training_job,
+)
 
 __all__ = ["CurveMetric", "CurveRunner", "json_registries", "registry_bundle"]
 
@@ -163,7 +168,7 @@ class CurveRunner(Runner):
         if stop_running:
             for index, future in self._futures.items():
                 if not future.done():
-                    self._stop_file(index).write_text(INTERRUPTED)
+                    self.stop_file(index).write_text(INTERRUPTED)
         if self._executor is not None:
             if self.use_dask:
                 cluster = getattr(self._executor, "cluster", None)
@@ -176,20 +181,40 @@ class CurveRunner(Runner):
         self._futures = {}
 
     # ----------------------------------------------------------------- files
-    def _progress_file(self, index: int) -> Path:
+    def progress_file(self, index: int) -> Path:
+        """The progress file of trial ``index``."""
         return Path(self.directory) / f"trial_{index}.jsonl"
 
-    def _stop_file(self, index: int) -> Path:
+    def stop_file(self, index: int) -> Path:
+        """The stop file of trial ``index``."""
         return Path(self.directory) / f"trial_{index}.stop"
 
     # ------------------------------------------------------------ Ax runner
     def run(self, trial: BaseTrial) -> dict[str, Any]:
-        """Submit the trial's job; its metadata names the progress file."""
+        """Create the trial's progress file with its header, then submit its job.
+
+        The header (trial, arm, parameters, job) is on disk before the job starts,
+        so ``runs/`` alone tells which configuration every job trained.
+
+        Raises:
+            RuntimeError: The trial's progress file exists. It records a job that
+                already ran under this index and is never overwritten (a resumed
+                loop recovers such trials instead of starting them again).
+        """
         Path(self.directory).mkdir(parents=True, exist_ok=True)
-        progress, stop = self._progress_file(trial.index), self._stop_file(trial.index)
-        for path in (progress, stop):  # a re-run trial index starts afresh
-            path.unlink(missing_ok=True)
-        args = (self.train, self.train_kwargs, dict(trial.arms[0].parameters), trial.index,
+        progress, stop = self.progress_file(trial.index), self.stop_file(trial.index)
+        arm = trial.arms[0]
+        header = {"trial": trial.index, "arm": arm.name, "parameters": dict(arm.parameters),
+                  "train": self.train, "train_kwargs": self.train_kwargs}
+        try:
+            create_progress_file(progress, header)
+        except FileExistsError:
+            raise RuntimeError(
+                f"Refusing to start trial {trial.index}: its progress file {progress} "
+                "already exists and records an earlier job, which is never overwritten."
+            ) from None
+        stop.unlink(missing_ok=True)  # no job of this index ever ran: a stray file
+        args = (self.train, self.train_kwargs, dict(arm.parameters), trial.index,
                 str(progress), str(stop), self.final_step)
         executor = self._get_executor()
         if self.use_dask:
@@ -209,7 +234,7 @@ class CurveRunner(Runner):
         """Status from each progress file; orphaned or crashed jobs are FAILED."""
         statuses: dict[TrialStatus, set[int]] = {}
         for trial in trials:
-            steps, record = read_progress(self._progress_file(trial.index))
+            steps, record = read_progress(self.progress_file(trial.index))
             future = self._futures.get(trial.index)
             if record is not None:
                 status = {"completed": TrialStatus.COMPLETED,
@@ -225,13 +250,13 @@ class CurveRunner(Runner):
             else:
                 # No live job writes this file: the process that ran it is gone.
                 # In case an orphaned job still runs.
-                self._stop_file(trial.index).write_text(INTERRUPTED)
+                self.stop_file(trial.index).write_text(INTERRUPTED)
                 status = TrialStatus.FAILED
             statuses.setdefault(status, set()).add(trial.index)
         return statuses
 
     def poll_exception(self, trial: BaseTrial) -> str:
-        _, record = read_progress(self._progress_file(trial.index))
+        _, record = read_progress(self.progress_file(trial.index))
         if record is not None and (record.get("error") or record.get("reason")):
             return str(record.get("error") or record.get("reason"))
         return "The job ended without a final status (the process running it died)."
@@ -239,7 +264,7 @@ class CurveRunner(Runner):
     def stop(self, trial: BaseTrial, reason: str | None = None) -> dict[str, Any]:
         """Ask the trial's job to stop after its current step."""
         Path(self.directory).mkdir(parents=True, exist_ok=True)
-        self._stop_file(trial.index).write_text(reason or "")
+        self.stop_file(trial.index).write_text(reason or "")
         return {"stop_reason": reason}
 
 

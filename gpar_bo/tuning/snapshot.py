@@ -1,9 +1,15 @@
-"""The tuning loop's snapshot: Ax's JSON encoding of the experiment and its strategy."""
+"""The tuning loop's snapshot: Ax's JSON encoding of the experiment and its strategy.
+
+``save_snapshot`` replaces ``snapshot.json`` atomically (:mod:`gpar_bo.tuning.atomic`)
+and keeps the snapshot it replaces as ``snapshot.json.bak``, a last good copy in case
+``snapshot.json`` is later damaged by something else (a full disk, a copy cut short,
+an editor). ``load_snapshot`` turns any damage into :class:`SnapshotDamaged`, which
+names the file and what is wrong with it.
+"""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from ax.core.experiment import Experiment
@@ -15,34 +21,80 @@ from ax.storage.json_store.registry import (
     CORE_CLASS_ENCODER_REGISTRY,
 )
 
+from gpar_bo.tuning.atomic import atomic_write_text
+from gpar_bo.tuning.errors import TuneError
 from gpar_bo.tuning.runner import json_registries
 
-__all__ = ["SNAPSHOT", "load_snapshot", "save_snapshot"]
+__all__ = ["BACKUP", "SNAPSHOT", "SnapshotDamaged", "backup_path", "load_snapshot",
+           "save_snapshot"]
 
 #: The snapshot's file name in a tuning directory.
 SNAPSHOT = "snapshot.json"
+#: Its last good copy beside it.
+BACKUP = SNAPSHOT + ".bak"
+
+
+class SnapshotDamaged(TuneError):
+    """A snapshot file cannot be read back; the message names the file and the damage."""
+
+
+def backup_path(path: str | Path) -> Path:
+    """Where :func:`save_snapshot` keeps the last good copy of ``path``."""
+    path = Path(path)
+    return path.with_name(path.name + ".bak")
 
 
 def save_snapshot(path: str | Path, experiment: Experiment, strategy: GenerationStrategy) -> None:
-    """Write Ax's JSON encoding of the experiment and strategy, atomically."""
+    """Write Ax's JSON encoding of the experiment and strategy, atomically; the
+    snapshot it replaces is kept as the last good copy (:func:`backup_path`)."""
     encoders, _ = json_registries()
     encode = {"encoder_registry": encoders, "class_encoder_registry": CORE_CLASS_ENCODER_REGISTRY}
     snapshot = {
         "experiment": object_to_json(experiment, **encode),
         "generation_strategy": object_to_json(strategy, **encode),
     }
-    path = Path(path)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(snapshot))
-    os.replace(partial, path)  # a kill mid-write leaves the previous snapshot intact
+    atomic_write_text(path, json.dumps(snapshot), backup=backup_path(path))
 
 
 def load_snapshot(path: str | Path) -> tuple[Experiment, GenerationStrategy]:
-    """Read a snapshot written by :func:`save_snapshot`."""
+    """Read a snapshot written by :func:`save_snapshot`.
+
+    Raises:
+        SnapshotDamaged: The file is empty, not JSON (e.g. truncated), not a
+            snapshot, or Ax cannot decode it.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise SnapshotDamaged(f"{path} cannot be read: {error}") from error
+    if not text.strip():
+        raise SnapshotDamaged(f"{path} is damaged: it is empty ({len(text)} bytes).")
+    try:
+        snapshot = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise SnapshotDamaged(
+            f"{path} is damaged: it is not valid JSON ({error.msg} at line {error.lineno}, "
+            f"column {error.colno}, of {len(text)} characters; truncated?)."
+        ) from error
+    missing = ([key for key in ("experiment", "generation_strategy") if key not in snapshot]
+               if isinstance(snapshot, dict) else None)
+    if missing is None or missing:
+        raise SnapshotDamaged(
+            f"{path} is damaged: it is JSON but not a tuning snapshot (no "
+            f"{' or '.join(repr(k) for k in missing or ['experiment'])} entry)."
+        )
     _, decoders = json_registries()
     decode = {"decoder_registry": decoders, "class_decoder_registry": CORE_CLASS_DECODER_REGISTRY}
-    snapshot = json.loads(Path(path).read_text())
-    experiment = object_from_json(snapshot["experiment"], **decode)
-    strategy = generation_strategy_from_json(snapshot["generation_strategy"],
-                                             experiment=experiment, **decode)
+    try:
+        experiment = object_from_json(snapshot["experiment"], **decode)
+        strategy = generation_strategy_from_json(snapshot["generation_strategy"],
+                                                 experiment=experiment, **decode)
+    except Exception as error:  # Ax's decoders raise anything from KeyError to TypeError
+        raise SnapshotDamaged(
+            f"{path} is damaged: Ax cannot decode it ({type(error).__name__}: {error})."
+        ) from error
+    if not isinstance(experiment, Experiment) or not isinstance(strategy, GenerationStrategy):
+        raise SnapshotDamaged(f"{path} is damaged: it does not decode to an experiment "
+                              "and a generation strategy.")
     return experiment, strategy

@@ -11,7 +11,13 @@ from gpar_bo.problems.mnist.mlp import GRID
 from gpar_bo.tuning.jobs import Report
 from gpar_bo.tuning.loop import TuningProblem
 
-__all__ = ["mnist_problem", "train_mnist_mlp"]
+__all__ = ["MIN_TRAIN_EXAMPLES", "MIN_VAL_EXAMPLES", "check_mnist_job", "mnist_problem",
+           "train_mnist_mlp"]
+
+#: The smallest split a tuning run accepts: below it the validation error is too
+#: coarse to rank configurations (5 digits give 1 validation digit: error 0 or 1).
+MIN_VAL_EXAMPLES = 10
+MIN_TRAIN_EXAMPLES = 50
 
 
 def mnist_problem(
@@ -44,36 +50,46 @@ def mnist_problem(
     return TuningProblem(
         name="mnist_mlp", parameters=parameters, metric="val_error", epochs=epochs,
         train="gpar_bo.problems.mnist.job:train_mnist_mlp", train_kwargs=kwargs,
-        tracking_metrics=["val_loss"],
+        tracking_metrics=["val_loss"], check="gpar_bo.problems.mnist.job:check_mnist_job",
     )
 
 
-def train_mnist_mlp(
-    parameters: Mapping[str, float],
-    report: Report,
-    trial_index: int,
+def check_mnist_job(
     epochs: int = 21,
     data_dir: str | None = None,
     seed: int = 0,
     threads: int = 1,
     max_examples: int | None = None,
 ) -> None:
-    """Train the MNIST MLP of :mod:`gpar_bo.problems.mnist`, reporting after every epoch.
+    """Check :func:`train_mnist_mlp`'s settings in the tuning process, before any trial.
 
-    Reports ``val_error`` (validation error rate) and ``val_loss`` (validation
-    cross-entropy) at epochs 1..``epochs``; the run's seed is ``seed + trial_index``.
-    ``data_dir`` is an IDX directory (default: embedded 5k MNIST); ``max_examples``
-    keeps a subset (for smoke tests).
+    Loads the data as the jobs will (so a missing directory or a malformed IDX file is
+    found here, in seconds) and checks that the train/validation split is big enough.
+
+    Raises:
+        ValueError: One line naming the bad setting.
     """
-    import torch
-
     from gpar_bo.problems.mnist.data import load_mnist
-    from gpar_bo.problems.mnist.mlp import MLPHyperparameters, train_mlp
 
-    torch.set_num_threads(threads)
-    data = load_mnist(data_dir, max_examples=max_examples)
-    hparams = MLPHyperparameters.from_dict(parameters)
-    train_mlp(
-        hparams, data, epochs=epochs, seed=seed + trial_index,
-        callback=lambda epoch, loss, error: report(epoch, {"val_error": error, "val_loss": loss}),
-    )
+    if epochs < 1:
+        raise ValueError(f"epochs must be >= 1 (got {epochs})")
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1 (got {threads})")
+    if max_examples is not None and max_examples < 1:
+        raise ValueError(f"max_examples (--max-examples) must be >= 1 (got {max_examples})")
+    try:
+        data = load_mnist(data_dir, max_examples=max_examples)
+    except ValueError as error:
+        # load_mnist's own limit (2 examples) is below ours: say ours.
+        if max_examples is None or "max_examples" not in str(error):
+            raise
+        data = None
+    if data is None or data.n_val < MIN_VAL_EXAMPLES or data.n_train < MIN_TRAIN_EXAMPLES:
+        split = ("" if data is None else
+                 f" ({data.n_train} training and {data.n_val} validation digits)")
+        what = (f"max_examples (--max-examples) {max_examples} is too small"
+                if max_examples is not None else f"the MNIST data in {data_dir} is too small")
+        raise ValueError(
+            f"{what}{split}; a tuning run needs at least {MIN_TRAIN_EXAMPLES} training and "
+            f"{MIN_VAL_EXAMPLES} validation digits (60 examples or more)"
+        )

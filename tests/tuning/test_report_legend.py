@@ -1,0 +1,56 @@
+"""The report's legend names only what the plot draws."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+import pytest
+
+from gpar_bo.tuning import report as report_module
+
+
+def _legend(report: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    import matplotlib.pyplot as plt
+
+    figures = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
+    report_module._plot(report, tmp_path / "report.png")
+    legend = figures[0].axes[0].get_legend()
+    return [] if legend is None else [t.get_text() for t in legend.get_texts()]
+
+
+def _trial(index: int, status: str, n: int, band: bool = False) -> dict:
+    entry = {"index": index, "status": status, "parameters": {"x": 0.1 * index},
+             "steps": list(range(1, n + 1)), "values": [1.0 / s for s in range(1, n + 1)],
+             "stopped": status == "EARLY_STOPPED"}
+    if band:
+        entry["predicted_final"] = {"mean": 0.3, "q05": 0.2, "q95": 0.4}
+    return entry
+
+
+def _report(trials: list[dict]) -> dict:
+    best = trials[0]
+    return {"metric": "error", "minimize": True, "checkpoints": [1, 2, 3, 4],
+            "best": {"trial_index": best["index"], "parameters": best["parameters"],
+                     "final": best["values"][-1], "steps": best["steps"],
+                     "values": best["values"]},
+            "trials": trials, "epochs_trained": sum(len(t["steps"]) for t in trials)}
+
+
+def test_only_completed_trials_list_no_running_and_no_band(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    matplotlib.use("Agg")
+    labels = _legend(_report([_trial(0, "COMPLETED", 4), _trial(1, "COMPLETED", 4)]),
+                     tmp_path, monkeypatch)
+    assert labels == ["best: trial 0 (0.25)", "completed"]
+
+
+def test_every_style_drawn_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    matplotlib.use("Agg")
+    trials = [_trial(0, "COMPLETED", 4), _trial(1, "EARLY_STOPPED", 2, band=True),
+              _trial(2, "RUNNING", 1, band=True), _trial(3, "FAILED", 2)]
+    labels = _legend(_report(trials), tmp_path, monkeypatch)
+    assert labels == ["best: trial 0 (0.25)", "completed / failed", "early-stopped", "running",
+                      "GPAR final-value 90% band", "GPAR final-value 90% band (early-stopped)"]
