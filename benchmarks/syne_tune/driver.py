@@ -257,16 +257,22 @@ def simulate(
     best: list = [math.inf, math.nan]  # incumbent final error and its loss
     consumed = 0
 
+    next_id = [0]  # trial ids handed to the scheduler (one per new-trial suggestion)
+
     def start() -> Run | None:
+        if started.all() and not any(r.status == "paused" for r in runs):
+            return None  # nothing left to start or resume (as the harness)
         observed = sum(1 for r in runs if r.reported)
         tic = time.perf_counter()
-        suggestion = scheduler.suggest(trial_id=len(runs))
+        suggestion = scheduler.suggest(trial_id=next_id[0])
         if suggestion is not None and suggestion.spawn_new_trial_id:
+            trial_id = next_id[0]
+            next_id[0] += 1
             row, remapped = index.row(suggestion.config, started)
             if row is not None:
                 config = dict(suggestion.config)
                 config.update(config_of(table, row))  # the row actually trained
-                trial = Trial(trial_id=len(runs), config=config, creation_time=datetime.now())
+                trial = Trial(trial_id=trial_id, config=config, creation_time=datetime.now())
                 scheduler.on_trial_add(trial=trial)
         trace.suggest_seconds.append(time.perf_counter() - tic)
         trace.suggest_observed.append(observed)
@@ -289,7 +295,7 @@ def simulate(
             return None
         counters["remapped"] += int(remapped)
         started[row] = True
-        run = Run(len(runs), row, trial)
+        run = Run(trial_id, row, trial)
         runs.append(run)
         by_id[run.trial_id] = run
         return run
