@@ -45,7 +45,9 @@ Accounting and output are those of ``harness.Trace.to_json()``: ``epochs``
 epoch), ``incumbent_error``/``incumbent_loss`` (best final-epoch error among
 completed trials, and that setting's final loss), ``suggest_seconds`` and
 ``suggest_observed`` per ``suggest`` call, ``stop_seconds`` per
-``on_trial_result`` at a checkpoint before the last, and ``trials`` (setting,
+``on_trial_result`` at a checkpoint before the last (``suggest_cpu_seconds``
+and ``stop_cpu_seconds``: the same in process CPU time, which a busy shared
+machine does not inflate), and ``trials`` (setting,
 status ``running``/``stopped``/``completed`` -- a paused trial never resumed
 counts as stopped -- epochs trained, times resumed), plus a ``syne_tune``
 record of the scheduler's settings and counters.
@@ -63,6 +65,7 @@ import argparse
 import json
 import logging
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -227,6 +230,8 @@ class Trace:
     suggest_observed: list = field(default_factory=list)
     stop_seconds: list = field(default_factory=list)
     trials: list = field(default_factory=list)
+    suggest_cpu_seconds: list = field(default_factory=list)  # process CPU time per suggest
+    stop_cpu_seconds: list = field(default_factory=list)
 
 
 def simulate(
@@ -238,8 +243,11 @@ def simulate(
     scheduler_type: str | None = None,
     reduction_factor: float = 3.0,
     quantiles: str = "eta",
+    progress: int = 0,
 ) -> dict:
-    """Run ``method`` on ``table`` until ``budget`` epochs are consumed (see module doc)."""
+    """Run ``method`` on ``table`` until ``budget`` epochs are consumed (see module doc).
+
+    ``progress`` > 0 prints a line to stderr every ``progress`` suggest calls."""
     from syne_tune.backend.trial_status import Trial
     from syne_tune.optimizer.scheduler import SchedulerDecision
 
@@ -256,14 +264,13 @@ def simulate(
     counters = {"remapped": 0, "resumes": 0, "pauses": 0, "stops": 0, "suggest_none": 0}
     best: list = [math.inf, math.nan]  # incumbent final error and its loss
     consumed = 0
-
     next_id = [0]  # trial ids handed to the scheduler (one per new-trial suggestion)
 
     def start() -> Run | None:
         if started.all() and not any(r.status == "paused" for r in runs):
             return None  # nothing left to start or resume (as the harness)
         observed = sum(1 for r in runs if r.reported)
-        tic = time.perf_counter()
+        tic, cpu = time.perf_counter(), time.process_time()
         suggestion = scheduler.suggest(trial_id=next_id[0])
         if suggestion is not None and suggestion.spawn_new_trial_id:
             trial_id = next_id[0]
@@ -275,7 +282,15 @@ def simulate(
                 trial = Trial(trial_id=trial_id, config=config, creation_time=datetime.now())
                 scheduler.on_trial_add(trial=trial)
         trace.suggest_seconds.append(time.perf_counter() - tic)
+        trace.suggest_cpu_seconds.append(time.process_time() - cpu)
         trace.suggest_observed.append(observed)
+        if progress and len(trace.suggest_seconds) % progress == 0:
+            print(
+                f"{method}: {len(trace.suggest_seconds)} suggestions, {consumed} epochs, "
+                f"{len(trace.epochs)} completions, last suggest {trace.suggest_seconds[-1]:.3f} s",
+                file=sys.stderr,
+                flush=True,
+            )
         if suggestion is None:
             counters["suggest_none"] += 1
             return None
@@ -333,10 +348,11 @@ def simulate(
             result = {METRIC: error, RESOURCE: run.epochs}
             run.last_result = result
             run.reported = True
-            tic = time.perf_counter()
+            tic, cpu = time.perf_counter(), time.process_time()
             decision = scheduler.on_trial_result(trial=run.trial, result=result)
             if run.epochs < final:
                 trace.stop_seconds.append(time.perf_counter() - tic)
+                trace.stop_cpu_seconds.append(time.process_time() - cpu)
             job_done = run.epochs >= int(run.trial.config.get(MAX_RESOURCE, final))
             freed = finish(run, decision, job_done)
             if run.epochs == final:
@@ -395,6 +411,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--out", required=True, help="JSON trace to write")
     parser.add_argument("--log-level", default="ERROR")
+    parser.add_argument(
+        "--progress", type=int, default=0, help="print progress every N suggest calls"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=getattr(logging, args.log_level.upper()))
     logging.getLogger("syne_tune").setLevel(getattr(logging, args.log_level.upper()))
@@ -411,6 +430,7 @@ def main(argv: list[str] | None = None) -> None:
         args.scheduler_type,
         args.reduction_factor,
         args.quantiles,
+        args.progress,
     )
     trace["wall_seconds"] = time.perf_counter() - tic
     trace["date_utc"] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -83,6 +83,7 @@ def run_syne_tune(
     reduction_factor: float = 3.0,
     quantiles: str = "eta",
     timeout: float | None = None,
+    progress: int = 0,
 ) -> dict:
     """Run Syne Tune's ``method`` on ``problem`` in the harness's epoch time.
 
@@ -100,6 +101,8 @@ def run_syne_tune(
             harness's ASHA rule) or ``"ratio"`` (Syne Tune's default for
             explicit rung levels).
         timeout: Seconds before the subprocess is killed (None: no limit).
+        progress: If > 0, the driver prints progress every ``progress`` suggest
+            calls and its stderr goes to this process's stderr (not captured).
 
     Returns:
         The trace dict (``Trace.to_json()`` fields and the driver's extras).
@@ -128,14 +131,22 @@ def run_syne_tune(
         ]  # fmt: skip
         if scheduler_type is not None:
             command += ["--type", scheduler_type]
+        if progress > 0:
+            command += ["--progress", str(progress)]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
                "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}  # fmt: skip
         env.pop("PYTHONPATH", None)  # the driver must not see the project's packages
         done = subprocess.run(
-            command, capture_output=True, text=True, env=env, timeout=timeout, cwd=tmp
+            command,
+            stdout=subprocess.DEVNULL,  # Syne Tune prints notes on missing optional extras
+            stderr=None if progress > 0 else subprocess.PIPE,
+            text=True,
+            env=env,
+            timeout=timeout,
+            cwd=tmp,
         )
         if done.returncode != 0:
-            tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+            tail = "\n".join((done.stderr or "(stderr above)").strip().splitlines()[-15:])
             raise RuntimeError(f"Syne Tune driver failed ({method}, seed {seed}):\n{tail}")
         trace = json.loads(out.read_text())
     trace["method"] = syne_tune_name(method, scheduler_type)
