@@ -6,6 +6,9 @@ its python is ``$GPAR_BO_SYNETUNE_PYTHON`` or ``/work/venvs/synetune/bin/python`
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 
 from benchmarks.bo.harness import TabularProblem
@@ -66,8 +69,25 @@ def test_asha_accounting_and_exact_replay(tiny: TabularProblem) -> None:
     assert trace["consumed"] == budget
     assert any(t["status"] == "stopped" for t in trace["trials"])
     check_accounting(trace, tiny, budget)
-    # The harness's ASHA fed the same settings makes the same decisions at the same epochs.
+    # The harness's ASHA fed the same settings makes the same decisions at the same epochs
+    # (the synthetic errors have no ties, where Syne Tune's float quantile could differ).
     assert replay_matches(tiny, trace, budget, 3)
+    assert replay_matches(tiny, trace, budget, 3, rule="syne_tune")
+
+
+def test_syne_tune_rule_differs_from_the_harness_only_by_rounding_at_ties() -> None:
+    from benchmarks.syne_tune.route import syne_tune_continues
+
+    rng = np.random.default_rng(0)
+    for n in range(1, 60):
+        values = rng.random(n).tolist()
+        for value in values:
+            lower = sum(v < value for v in values)
+            assert syne_tune_continues(values, value, 1 / 3) == (lower < math.ceil(n / 3))
+    # A tie: the cutoff 1/3 * v + 2/3 * v rounds below v, so Syne Tune stops the trial
+    # (the harness continues it: only 2 of the 8 values are strictly lower).
+    v = 0.0996398559
+    assert not syne_tune_continues([0.01, 0.02, v, v, 0.2, 0.3, 0.4, 0.5], v, 1 / 3)
 
 
 @needs_venv
