@@ -150,16 +150,21 @@ def synetune_versions(python: Path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def timing_row(problem: str, trace: dict) -> dict:
-    """Decision overhead of one run."""
+def timing_row(problem: TabularProblem, trace: dict) -> dict:
+    """One run's outcome and decision overhead."""
     suggest = np.asarray(trace["suggest_seconds"], dtype=float)
     stop = np.asarray(trace["stop_seconds"], dtype=float)
+    cpu = np.asarray(trace.get("suggest_cpu_seconds", []), dtype=float)
     st = trace.get("syne_tune", {})
+    incumbents = trace["incumbent_error"]
     return {
-        "problem": problem,
+        "problem": trace["problem"],
         "method": trace["method"],
         "seed": trace["seed"],
         "type": st.get("type", ""),
+        "budget": trace["budget"],
+        "final_regret": incumbents[-1] - problem.best_final_error if incumbents else math.nan,
+        "first_completion": trace["epochs"][0] if trace["epochs"] else math.nan,
         "trials": len(trace["trials"]),
         "completed": sum(t["status"] == "completed" for t in trace["trials"]),
         "resumes": st.get("resumes", 0),
@@ -167,13 +172,21 @@ def timing_row(problem: str, trace: dict) -> dict:
         "suggest_calls": len(suggest),
         "suggest_mean_s": float(suggest.mean()) if len(suggest) else math.nan,
         "suggest_max_s": float(suggest.max()) if len(suggest) else math.nan,
-        "suggest_cpu_mean_s": float(np.mean(trace["suggest_cpu_seconds"]))
-        if trace.get("suggest_cpu_seconds")
-        else math.nan,
+        "suggest_cpu_mean_s": float(cpu.mean()) if len(cpu) else math.nan,
         "result_mean_s": float(stop.mean()) if len(stop) else math.nan,
-        "decision_total_s": float(suggest.sum() + stop.sum()),
         "wall_s": float(trace.get("wall_seconds", math.nan)),
     }
+
+
+def parse_budgets(items: list[str]) -> dict[str, int]:
+    """``["MOBSTER=300", ...]`` -> ``{"MOBSTER": 300}``."""
+    budgets = {}
+    for item in items:
+        method, _, epochs = item.partition("=")
+        if method not in DEMO_METHODS or not epochs.isdigit():
+            raise SystemExit(f"--demo-budgets takes METHOD=EPOCHS with METHOD in {DEMO_METHODS}")
+        budgets[method] = int(epochs)
+    return budgets
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -193,9 +206,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="Syne Tune methods run on seed 0 of --demo-problems (default: all four)",
     )
     parser.add_argument("--demo-problems", nargs="+", default=["mnist"])
+    parser.add_argument(
+        "--demo-budgets",
+        nargs="*",
+        default=[],
+        help="METHOD=EPOCHS: a smaller budget for a slow demo method (default: --budget)",
+    )
     parser.add_argument("--python", help="the Syne Tune venv's python (default: see methods.py)")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.demo_budgets = parse_budgets(args.demo_budgets)
+    return args
+
+
+ROUTE_METHODS = ("asha", "syne_asha", "syne_asha_promotion")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -210,89 +234,90 @@ def main(argv: list[str] | None = None) -> dict:
     done = load_runs(runs_path)
     seeds = list(range(args.seeds))
 
-    jobs = []  # (problem, method name, seed, how to run it)
+    jobs = []  # (problem, method name, seed, budget, how to run it)
     for name in args.problems:
         for seed in seeds:
-            jobs.append((name, "asha", seed, None))
-            jobs.append((name, "syne_asha", seed, ("ASHA", None)))
-            jobs.append((name, "syne_asha_promotion", seed, ("ASHA", "promotion")))
+            jobs.append((name, "asha", seed, args.budget, None))
+            jobs.append((name, "syne_asha", seed, args.budget, ("ASHA", None)))
+            jobs.append((name, "syne_asha_promotion", seed, args.budget, ("ASHA", "promotion")))
+    demo_keys = []
     for name in args.demo_problems:
         for method in args.demo_methods:
-            jobs.append((name, f"syne_{method.lower()}", 0, (method, None)))
+            budget = args.demo_budgets.get(method, args.budget)
+            jobs.append((name, f"syne_{method.lower()}", 0, budget, (method, None)))
+            demo_keys.append((name, f"syne_{method.lower()}", 0, budget, args.workers))
 
     problems: dict[str, TabularProblem] = {}
     with runs_path.open("a") as handle:
-        for name, method, seed, how in jobs:
-            key = (name, method, seed, args.budget, args.workers)
+        for name, method, seed, budget, how in jobs:
+            key = (name, method, seed, budget, args.workers)
             if key in done:
                 continue
             problem = problems.setdefault(name, make_problem(name))
             tic = time.perf_counter()
             if how is None:
-                trace = simulate(ASHA(ETA), problem, seed, args.budget, args.workers).to_json()
+                trace = simulate(ASHA(ETA), problem, seed, budget, args.workers).to_json()
                 trace["wall_seconds"] = time.perf_counter() - tic
             else:
                 demo = how[0] != "ASHA"
                 trace = run_syne_tune(
-                    how[0], problem, seed, args.budget, args.workers, python, how[1], ETA,
+                    how[0], problem, seed, budget, args.workers, python, how[1], ETA,
                     progress=50 if demo else 0,
                 )  # fmt: skip
-            trace.update(method=method, problem=name, budget=args.budget, workers=args.workers)
+            trace.update(method=method, problem=name, budget=budget, workers=args.workers)
             handle.write(json.dumps(trace) + "\n")
             handle.flush()
             done[key] = trace
             print(f"{name} {method} seed {seed}: {time.perf_counter() - tic:.1f} s", flush=True)
 
     budgets = sorted({min(b, args.budget) for b in (100, 300, args.budget)})
-    rows, tests, replays, timings, spent = [], [], [], [], []
-    for name in args.problems + [p for p in args.demo_problems if p not in args.problems]:
+    rows, tests, replays, spent = [], [], [], []
+    for name in args.problems:
         problem = problems.setdefault(name, make_problem(name))
         best = problem.best_final_error
         before = float(problem.final_error.median()) - best
-        route = {"asha", "syne_asha", "syne_asha_promotion"} if name in args.problems else set()
-        demo = {f"syne_{m.lower()}" for m in args.demo_methods}
-        demo = demo if name in args.demo_problems else set()
         by_method: dict[str, list[dict]] = {}
-        for (p, method, seed, budget, workers), trace in sorted(
-            done.items(), key=lambda item: item[0][2]
-        ):
-            if (p, budget, workers) != (name, args.budget, args.workers):
-                continue
-            if (method in route and seed in seeds) or (method in demo and seed == 0):
-                by_method.setdefault(method, []).append(trace)
+        for seed in seeds:
+            for method in ROUTE_METHODS:
+                by_method.setdefault(method, []).append(
+                    done[(name, method, seed, args.budget, args.workers)]
+                )
         for row in analysis.summarise(by_method, best, before, args.budget, budgets):
             rows.append({"problem": name, **row})
         spent += [{"problem": name, **row} for row in analysis.spending(
             by_method, problem.final_error.tolist())]  # fmt: skip
-        for method, traces in by_method.items():
-            timings += [timing_row(name, t) for t in traces if t["seed"] == 0]
-        if "asha" in by_method and "syne_asha" in by_method:
-            for b in budgets:
-                mine = [analysis.regret_at(t, best, before, [b], args.budget)[0]
-                        for t in by_method["asha"]]  # fmt: skip
-                theirs = [analysis.regret_at(t, best, before, [b], args.budget)[0]
-                          for t in by_method["syne_asha"]]  # fmt: skip
-                diff = np.mean(theirs) - np.mean(mine)
-                se = math.sqrt(
-                    np.var(mine, ddof=1) / len(mine) + np.var(theirs, ddof=1) / len(theirs)
-                )
-                p = float(mannwhitneyu(mine, theirs, alternative="two-sided").pvalue)
-                tests.append({
-                    "problem": name, "budget": b, "seeds": len(mine),
-                    "harness_asha": float(np.mean(mine)), "syne_asha": float(np.mean(theirs)),
-                    "difference": float(diff), "se_difference": se, "mann_whitney_p": p,
-                })  # fmt: skip
-            syne = by_method["syne_asha"]
-            matches = [replay_matches(problem, t, args.budget, args.workers) for t in syne]
-            rounded = [
-                replay_matches(problem, t, args.budget, args.workers, rule="syne_tune")
-                for t in syne
-            ]
-            replays.append({
-                "problem": name, "seeds": len(syne), "exact_harness_rule": sum(matches),
-                "exact_syne_tune_rounding": sum(rounded),
-                "differ_harness_rule": [t["seed"] for t, m in zip(syne, matches) if not m],
+        for b in budgets:
+            mine = [analysis.regret_at(t, best, before, [b], args.budget)[0]
+                    for t in by_method["asha"]]  # fmt: skip
+            theirs = [analysis.regret_at(t, best, before, [b], args.budget)[0]
+                      for t in by_method["syne_asha"]]  # fmt: skip
+            se = math.sqrt(
+                np.var(mine, ddof=1) / len(mine) + np.var(theirs, ddof=1) / len(theirs)
+            ) if len(seeds) > 1 else math.nan  # fmt: skip
+            tests.append({
+                "problem": name, "budget": b, "seeds": len(mine),
+                "harness_asha": float(np.mean(mine)), "syne_asha": float(np.mean(theirs)),
+                "difference": float(np.mean(theirs) - np.mean(mine)), "se_difference": se,
+                "mann_whitney_p": float(mannwhitneyu(mine, theirs).pvalue),
             })  # fmt: skip
+        syne = by_method["syne_asha"]
+        matches = [replay_matches(problem, t, args.budget, args.workers) for t in syne]
+        rounded = [
+            replay_matches(problem, t, args.budget, args.workers, rule="syne_tune") for t in syne
+        ]
+        replays.append({
+            "problem": name, "seeds": len(syne), "exact_harness_rule": sum(matches),
+            "exact_syne_tune_rounding": sum(rounded),
+            "differ_harness_rule": [t["seed"] for t, m in zip(syne, matches) if not m],
+        })  # fmt: skip
+    timing_keys = [
+        (p, m, 0, args.budget, args.workers) for p in args.problems for m in ROUTE_METHODS
+    ] + demo_keys
+    timings = [
+        timing_row(problems.setdefault(key[0], make_problem(key[0])), done[key])
+        for key in timing_keys
+        if key in done
+    ]
 
     versions = synetune_versions(python)
     notes = "\n\n".join(
@@ -306,8 +331,8 @@ def main(argv: list[str] | None = None) -> dict:
             "(`suggest_*`: per suggest call; `stop_mean_s`: per report at a checkpoint before the "
             "last). `asha` is the harness's ASHA; `syne_*` are Syne Tune 0.13.0's schedulers "
             "driven by `benchmarks/syne_tune/driver.py` in the harness's epoch time; "
-            "`syne_asha_promotion` is ASHA with pause/resume. Rows other than asha, syne_asha and "
-            "syne_asha_promotion are one seed (seed 0) to show the method runs.",
+            "`syne_asha_promotion` is ASHA with pause/resume. DyHPO, MOBSTER, Hyper-Tune and BOHB "
+            "ran once each (seed 0): see 'One run of each method' below.",
             "## Harness ASHA vs Syne Tune ASHA (two-sided Mann-Whitney U, unpaired)\n\n"
             + (markdown_table(tests) if tests else "Not run."),
             "## Exact replay\n\nThe harness's ASHA fed the settings Syne Tune's ASHA started, in "
@@ -320,10 +345,12 @@ def main(argv: list[str] | None = None) -> dict:
             "(`route.syne_tune_continues`): every seed must then match, which checks the "
             "driver's event loop and epoch accounting exactly.\n\n"
             + (markdown_table(replays) if replays else "Not run."),
-            "## Decision overhead per run (seconds; seed 0)\n\n"
+            "## One run of each method: outcome and decision overhead (seed 0)\n\n"
+            "`final_regret`: at the end of the run's `budget`; `first_completion`: epochs "
+            "consumed when the first trial reached epoch 21; `suggest_*`: seconds per suggest "
+            "call (new trial or resume); `suggest_cpu_mean_s`: the same in process CPU time (not "
+            "inflated by other load on the shared machine); "
             "`result_mean_s`: per `on_trial_result` at a checkpoint before the last; "
-            "`suggest_cpu_mean_s`: the same in process CPU time (not inflated by other load on "
-            "the shared machine); "
             "`wall_s`: the whole run including the subprocess's start (~2 s of imports); "
             "`remapped`: BOHB proposals (KDE, not restricted to the table) mapped to the nearest "
             "remaining row.\n\n" + markdown_table(timings),
