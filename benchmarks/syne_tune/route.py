@@ -332,7 +332,12 @@ def main(argv: list[str] | None = None) -> dict:
             "last). `asha` is the harness's ASHA; `syne_*` are Syne Tune 0.13.0's schedulers "
             "driven by `benchmarks/syne_tune/driver.py` in the harness's epoch time; "
             "`syne_asha_promotion` is ASHA with pause/resume. DyHPO, MOBSTER, Hyper-Tune and BOHB "
-            "ran once each (seed 0): see 'One run of each method' below.",
+            "ran once each (seed 0): see 'One run of each method' below"
+            + (
+                f" (budgets overridden there: {args.demo_budgets}, to fit the time available)."
+                if args.demo_budgets
+                else "."
+            ),
             "## Harness ASHA vs Syne Tune ASHA (two-sided Mann-Whitney U, unpaired)\n\n"
             + (markdown_table(tests) if tests else "Not run."),
             "## Exact replay\n\nThe harness's ASHA fed the settings Syne Tune's ASHA started, in "
