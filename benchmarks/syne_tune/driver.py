@@ -298,8 +298,10 @@ def simulate(
             run = by_id[int(suggestion.checkpoint_trial_id)]
             if run.status != "paused":
                 raise RuntimeError(f"{method} resumed trial {run.trial_id}, which is {run.status}")
-            if suggestion.config is not None:
-                run.trial.config = dict(suggestion.config)
+            if suggestion.config is not None:  # its next milestone in config["epochs"]
+                config = dict(suggestion.config)
+                config.update(config_of(table, run.setting))  # BOHB: the row, not its proposal
+                run.trial.config = config
             run.status = "running"
             run.resumes += 1
             counters["resumes"] += 1
