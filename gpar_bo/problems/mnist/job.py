@@ -93,3 +93,34 @@ def check_mnist_job(
             f"{what}{split}; a tuning run needs at least {MIN_TRAIN_EXAMPLES} training and "
             f"{MIN_VAL_EXAMPLES} validation digits (60 examples or more)"
         )
+
+
+def train_mnist_mlp(
+    parameters: Mapping[str, float],
+    report: Report,
+    trial_index: int,
+    epochs: int = 21,
+    data_dir: str | None = None,
+    seed: int = 0,
+    threads: int = 1,
+    max_examples: int | None = None,
+) -> None:
+    """Train the MNIST MLP of :mod:`gpar_bo.problems.mnist`, reporting after every epoch.
+
+    Reports ``val_error`` (validation error rate) and ``val_loss`` (validation
+    cross-entropy) at epochs 1..``epochs``; the run's seed is ``seed + trial_index``.
+    ``data_dir`` is an IDX directory (default: embedded 5k MNIST); ``max_examples``
+    keeps a subset (for smoke tests).
+    """
+    import torch
+
+    from gpar_bo.problems.mnist.data import load_mnist
+    from gpar_bo.problems.mnist.mlp import MLPHyperparameters, train_mlp
+
+    torch.set_num_threads(threads)
+    data = load_mnist(data_dir, max_examples=max_examples)
+    hparams = MLPHyperparameters.from_dict(parameters)
+    train_mlp(
+        hparams, data, epochs=epochs, seed=seed + trial_index,
+        callback=lambda epoch, loss, error: report(epoch, {"val_error": error, "val_loss": loss}),
+    )
