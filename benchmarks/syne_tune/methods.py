@@ -11,7 +11,7 @@ venv's python in a subprocess and returns the trace, a dict with the fields of
 the route and its accounting, which is that of ``harness.simulate``.
 
 The venv's python is the ``python`` argument, else the environment variable
-``GPAR_BO_SYNETUNE_PYTHON``, else ``/work/venvs/synetune/bin/python``.
+``GPAR_BO_SYNETUNE_PYTHON``, else ``~/.cache/gpar-bo/synetune/bin/python``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from benchmarks.bo.harness import TabularProblem
 
 DRIVER = Path(__file__).resolve().parent / "driver.py"
 ENV_VAR = "GPAR_BO_SYNETUNE_PYTHON"
-DEFAULT_PYTHON = "/work/venvs/synetune/bin/python"
+DEFAULT_PYTHON = str(Path.home() / ".cache" / "gpar-bo" / "synetune" / "bin" / "python")
 METHODS = ("ASHA", "MOBSTER", "HyperTune", "BOHB", "DyHPO")
 
 

@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/syne_tune/setup_venv.sh [VENV_DIR]
 #
-# VENV_DIR defaults to $GPAR_BO_SYNETUNE_VENV, else /work/venvs/synetune. The
+# VENV_DIR defaults to $GPAR_BO_SYNETUNE_VENV, else ~/.cache/gpar-bo/synetune. The
 # interpreter is $SYNETUNE_BASE_PYTHON, else pyenv's 3.11.7, else python3.11 on
 # PATH. Packages are the exact pins of requirements.txt beside this script. At
 # the end the venv imports the five schedulers and prints its versions; then
@@ -12,7 +12,7 @@
 #   export GPAR_BO_SYNETUNE_PYTHON=VENV_DIR/bin/python
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-venv="${1:-${GPAR_BO_SYNETUNE_VENV:-/work/venvs/synetune}}"
+venv="${1:-${GPAR_BO_SYNETUNE_VENV:-$HOME/.cache/gpar-bo/synetune}}"
 base="${SYNETUNE_BASE_PYTHON:-}"
 if [ -z "$base" ]; then
     if [ -x /root/.pyenv/versions/3.11.7/bin/python ]; then

@@ -1,7 +1,7 @@
 """Syne Tune 0.13.0 via its own virtualenv: the driver's epoch accounting on a tiny table.
 
 Skipped when the Syne Tune venv is absent (``benchmarks/syne_tune/setup_venv.sh``;
-its python is ``$GPAR_BO_SYNETUNE_PYTHON`` or ``/work/venvs/synetune/bin/python``).
+its python is ``$GPAR_BO_SYNETUNE_PYTHON`` or ``~/.cache/gpar-bo/synetune/bin/python``).
 """
 
 from __future__ import annotations
