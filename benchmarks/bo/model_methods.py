@@ -49,8 +49,9 @@ METRIC = "error"
 #: surrogates' default), also in GPAR's early-stopping strategy.
 REFIT_GROWTH = 0.2
 #: The acquisition is maximised over this many remaining settings, drawn at random
-#: per suggestion: over all ~2,000 it cost GPAR 2-5 s per suggestion, which 11
-#: methods x seeds could not afford on 2 cores.
+#: per suggestion: over all of them GPAR's suggestions cost more than every method
+#: and seed of the benchmark could afford on 2 cores (see the write-up beside
+#: ``benchmarks/results/bo_mnist.md``).
 MAX_CANDIDATES = 1000
 
 

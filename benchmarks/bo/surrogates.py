@@ -253,7 +253,7 @@ class FreezeThaw(_StepModel):
 
     def _build(self, X: Tensor, logY: Tensor) -> Model:
         rows_X, rows_Y = self._rows(X, logY)
-        # A noise floor of 1e-3 (standardised units; fitted noise is ~1e-2 on MNIST),
+        # A noise floor of 1e-3 (standardised units, below the fitted noise on MNIST),
         # added when fits failed with NotPSDError. That came from the linear truncated
         # kernel used by mistake before (its matrices had negative eigenvalues); the
         # floor was kept so the committed runs stay comparable.
