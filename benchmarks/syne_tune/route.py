@@ -50,7 +50,7 @@ from scipy.stats import mannwhitneyu  # noqa: E402
 from benchmarks.bo import analysis  # noqa: E402
 from benchmarks.bo.baselines import ASHA  # noqa: E402
 from benchmarks.bo.harness import History, TabularProblem, Trial, simulate  # noqa: E402
-from benchmarks.bo.problems import mnist_problem, synthetic_problem  # noqa: E402
+from benchmarks.bo.problems import mnist_table, synthetic_problem  # noqa: E402
 from benchmarks.report import RESULTS, markdown_table, write_results  # noqa: E402
 from benchmarks.syne_tune.methods import run_syne_tune, syne_tune_python  # noqa: E402
 
@@ -124,7 +124,7 @@ def replay_matches(
 
 
 def make_problem(name: str) -> TabularProblem:
-    return mnist_problem() if name == "mnist" else synthetic_problem(n=1000, seed=0)
+    return mnist_table() if name == "mnist" else synthetic_problem(n=1000, seed=0)
 
 
 def run_key(line: dict) -> tuple:
