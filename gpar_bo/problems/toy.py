@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-
-from ax.core.parameter import ParameterType, RangeParameter
+from typing import TYPE_CHECKING
 
 from gpar_bo.tuning.jobs import Report
-from gpar_bo.tuning.loop import TuningProblem
+
+if TYPE_CHECKING:
+    from gpar_bo.tuning.loop import TuningProblem
 
 __all__ = ["toy_problem", "train_toy_curves"]
 
 
 def toy_problem(epochs: int = 8, seconds_per_epoch: float = 0.0) -> TuningProblem:
     """Synthetic learning curves on [0, 1]^2 (:func:`train_toy_curves`)."""
+    # Imported here: training workers import this module for its job, not Ax.
+    from ax.core.parameter import ParameterType, RangeParameter
+
+    from gpar_bo.tuning.loop import TuningProblem
+
     return TuningProblem(
         name="toy_curves",
         parameters=[RangeParameter(n, ParameterType.FLOAT, 0.0, 1.0) for n in ("x1", "x2")],

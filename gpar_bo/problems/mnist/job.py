@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
-
-from ax.core.parameter import ParameterType, RangeParameter
+from typing import TYPE_CHECKING, Any
 
 from gpar_bo.problems.mnist.mlp import GRID
 from gpar_bo.tuning.jobs import Report
-from gpar_bo.tuning.loop import TuningProblem
+
+if TYPE_CHECKING:
+    from gpar_bo.tuning.loop import TuningProblem
 
 __all__ = ["MIN_TRAIN_EXAMPLES", "MIN_VAL_EXAMPLES", "check_mnist_job", "mnist_problem",
            "train_mnist_mlp"]
@@ -31,6 +31,11 @@ def mnist_problem(
         seed: Base training seed (trial i uses ``seed + i``).
         max_examples: Use only this many digits (smoke tests).
     """
+    # Imported here: training workers import this module for its job, not Ax.
+    from ax.core.parameter import ParameterType, RangeParameter
+
+    from gpar_bo.tuning.loop import TuningProblem
+
 
     def bounds(name: str) -> tuple[float, float]:
         return float(min(GRID[name])), float(max(GRID[name]))
