@@ -2,8 +2,10 @@ r"""GPAR's conditionals: what each one sees and the BoTorch GP that models it.
 
 Conditional m is a single-output ``SingleTaskGP`` over ``x`` joined with the
 earlier outputs in its window, trained on the rows that observed output m. Its
-inputs are normalised with fixed bounds (the data range of each column) and, under
-BoTorch's conventions, its targets standardised. Everything here is a function of
+inputs are normalised with fixed bounds (the data range of each column) and its
+targets scaled: standardised under BoTorch's conventions, divided by their root mean
+square under the paper's (``RootMeanSquareScale``), so that no starting value, bound
+or threshold depends on the outputs' units. Everything here is a function of
 plain tensors; ``GPARModel`` strings the conditionals together.
 """
 
@@ -157,10 +159,12 @@ def conditional_gp(
         learn_inducing_points: Optimise the inducing inputs with the hyperparameters.
 
     Returns:
-        A ``SingleTaskGP`` with a ``Normalize`` input transform with fixed bounds and,
-        under BoTorch's conventions, a ``Standardize`` outcome transform.
+        A ``SingleTaskGP`` with a ``Normalize`` input transform with fixed bounds and
+        an outcome transform: ``Standardize`` under BoTorch's conventions (see
+        ``standardize``), ``RootMeanSquareScale`` under the paper's.
     """
     paper = conventions is Conventions.PAPER
+    outcome_transform = RootMeanSquareScale(m=1) if paper else standardize(targets)
     input_transform = Normalize(d=inputs.shape[-1], bounds=bounds)
     covar_module = conditional_kernel(
         family,
@@ -170,7 +174,7 @@ def conditional_gp(
         conventions=conventions,
     )
     if paper:
-        likelihood = paper_likelihood(targets)
+        likelihood = paper_likelihood(outcome_transform(targets)[0])
         mean_module = ZeroMean()
     else:
         likelihood = get_gaussian_likelihood_with_lognormal_prior()
@@ -186,7 +190,7 @@ def conditional_gp(
         likelihood=likelihood,
         covar_module=covar_module,
         mean_module=mean_module,
-        outcome_transform=None if paper else Standardize(m=1),
+        outcome_transform=outcome_transform,
         input_transform=input_transform,
     )
     return gp.to(inputs)
@@ -229,8 +233,45 @@ def with_training_data(
     return rebuilt.to(inputs)
 
 
+def standardize(targets: Tensor) -> Standardize:
+    """``SingleTaskGP``'s outcome transform, without its absolute threshold.
+
+    BoTorch leaves targets whose standard deviation is below 1e-8 unscaled,
+    which silently breaks outputs on small scales (the standardised priors
+    and noise floor then act in the outputs' own units); only constant
+    targets are left unscaled here.
+    """
+    return Standardize(m=1, min_stdv=torch.finfo(targets.dtype).tiny)
+
+
+class RootMeanSquareScale(Standardize):
+    r"""Divides single-output targets by their root mean square, without centring.
+
+    The paper's conventions fit zero-mean GPs on the outputs as given. A
+    zero-mean GP on ``y / s`` with kernel ``k`` and noise ``v`` is the zero-mean
+    GP on ``y`` with kernel ``s^2 k`` and noise ``s^2 v``, so this changes only
+    the units the hyperparameters are fitted in: the model and its maximum
+    likelihood are the same, but the starting values, bounds and jitter then
+    act relative to the outputs' size, so the fit and the predictions do not
+    depend on the outputs' units. Targets that are all zero are left unscaled.
+    """
+
+    def forward(
+        self, Y: Tensor, Yvar: Tensor | None = None, X: Tensor | None = None
+    ) -> tuple[Tensor, Tensor | None]:
+        """Scale ``batch_shape x n x 1`` targets; in train mode, set the scale first."""
+        if self.training:
+            self._validate_training_inputs(Y=Y, Yvar=Yvar)
+            rms = Y.pow(2).nanmean(dim=-2, keepdim=True).sqrt()
+            self.stdvs = torch.where(rms > 0, rms, torch.ones_like(rms))
+            self.means = torch.zeros_like(rms)
+            self._stdvs_sq = self.stdvs.pow(2)
+            self._is_trained = torch.tensor(True)
+        return Y / self.stdvs, None if Yvar is None else Yvar / self._stdvs_sq
+
+
 def paper_likelihood(targets: Tensor) -> GaussianLikelihood:
-    """A prior-free Gaussian likelihood for targets in their own units.
+    """A prior-free Gaussian likelihood for targets scaled by ``RootMeanSquareScale``.
 
     BoTorch's noise floor is meant for standardised targets and the reference
     starts the noise at 0.1 for data of about unit variance; here both scale

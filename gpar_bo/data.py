@@ -44,7 +44,9 @@ def check_inputs(
         raise ValueError(
             f"{name} has {X.shape[-1]} input dimensions; the model was trained on {d}."
         )
-    if X.shape[-2] == 0:
+    # An empty batch (``0 x q x d``) has no points either; without this check
+    # it reaches the posterior's moments and fails there.
+    if X.shape[:-1].numel() == 0:
         raise ValueError(f"{name} has no points; got shape {tuple(X.shape)}.")
     if dtype is not None and X.dtype != dtype:
         raise ValueError(

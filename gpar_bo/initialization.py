@@ -5,25 +5,17 @@ BoTorch starts every length scale at the mode of its dimension-scaled prior
 such as the paper's synthetic ``y1`` (period 0.2 on [0, 1]), L-BFGS-B started
 there often stops in the "everything is noise" optimum. The paper's scripts
 start the input length scales at 0.1 instead; this sets such a starting value
-without changing the priors or the model.
+without changing the priors or the model. Small conditionals are also fitted
+from short length scales on x automatically (``GPARModel.custom_fit``); a
+starting value set here replaces BoTorch's default as the first start.
 """
 
 from __future__ import annotations
 
 import torch
-from gpytorch.kernels import Kernel
 
+from gpar_bo.kernels import input_kernels
 from gpar_bo.model import GPARModel
-
-
-def _acts_on_inputs_only(kernel: Kernel, d: int) -> bool:
-    """Whether ``kernel`` is a length-scale kernel over the ``d`` x columns only."""
-    if not getattr(kernel, "has_lengthscale", False):
-        return False
-    if kernel.active_dims is None:
-        # Conditional 1 (no earlier outputs) sees only x.
-        return kernel.lengthscale.shape[-1] == d
-    return bool((kernel.active_dims < d).all())
 
 
 def set_input_lengthscales(model: GPARModel, lengthscale: float) -> GPARModel:
@@ -41,7 +33,6 @@ def set_input_lengthscales(model: GPARModel, lengthscale: float) -> GPARModel:
     """
     d = model.train_X.shape[-1]
     for gp in model.conditionals:
-        for kernel in gp.covar_module.modules():
-            if _acts_on_inputs_only(kernel, d):
-                kernel.lengthscale = torch.full_like(kernel.lengthscale, lengthscale)
+        for kernel in input_kernels(gp.covar_module, d):
+            kernel.lengthscale = torch.full_like(kernel.lengthscale, lengthscale)
     return model

@@ -47,7 +47,9 @@ class Conventions(str, Enum):
     - ``PAPER`` ("paper"): as in the paper's synthetic experiments and the
       authors' ``gpar`` package with ``normalise_y=False``. Zero-mean GPs on the
       outputs as given, a variance on every kernel, and maximum likelihood
-      without priors.
+      without priors. The model fits them in units of their root mean square
+      (not centred, so the GPs stay zero-mean), so that its starting values
+      and bounds do not depend on the outputs' units.
     """
 
     BOTORCH = "botorch"
@@ -65,6 +67,28 @@ class DenseLinearKernel(LinearKernel):
 
     def forward(self, x1: Tensor, x2: Tensor, diag: bool = False, **params: Any) -> Tensor:
         return super().forward(x1, x2, diag=diag, **params).to_dense()
+
+
+def input_kernels(covar_module: Kernel, x_dims: int) -> list[Kernel]:
+    """The length-scale kernels of a conditional that act on the x columns alone.
+
+    Kernels over earlier outputs and NL-X's joint kernel over ``(x, y)`` are
+    left out; so is the ``InducingPointKernel`` wrapper of a sparse conditional.
+
+    Args:
+        covar_module: A conditional's kernel (from ``conditional_kernel``,
+            possibly wrapped in an ``InducingPointKernel``).
+        x_dims: Number of input dimensions ``d``.
+    """
+
+    def on_inputs_only(kernel: Kernel) -> bool:
+        if not getattr(kernel, "has_lengthscale", False):
+            return False
+        if kernel.active_dims is None:  # the first conditional sees only x
+            return kernel.lengthscale.shape[-1] == x_dims
+        return bool((kernel.active_dims < x_dims).all())
+
+    return [kernel for kernel in covar_module.modules() if on_inputs_only(kernel)]
 
 
 def conditional_kernel(

@@ -23,7 +23,9 @@ from typing import Any, NamedTuple
 
 import torch
 from botorch.acquisition.objective import PosteriorTransform
+from botorch.exceptions.errors import ModelFittingError
 from botorch.fit import fit_gpytorch_mll
+from botorch.models import SingleTaskGP
 from botorch.models.model import Model
 from botorch.models.transforms.outcome import OutcomeTransform
 from botorch.posteriors import Posterior
@@ -36,7 +38,7 @@ from torch.nn import Module, ModuleList
 from gpar_bo import conditionals as spec
 from gpar_bo.chain import ChainOptions, TrainingChain
 from gpar_bo.data import check_inputs, check_training_data, resolve_output_names
-from gpar_bo.kernels import Conventions, KernelFamily
+from gpar_bo.kernels import Conventions, KernelFamily, input_kernels
 from gpar_bo.posterior import GPARPosterior
 from gpar_bo.prediction import output_scaling
 from gpar_bo.prepared import PredictorCache
@@ -52,6 +54,17 @@ from gpar_bo.transformed import transformed, untransformed
 #: ``optimizer_kwargs={"options": {"ftol": ...}}`` to override, and compare
 #: ``conditional_log_evidences()`` when in doubt.
 FIT_FTOL = 1e-6
+
+#: Conditionals with at most this many training rows are also fitted from
+#: ``SHORT_INPUT_LENGTHSCALES`` and keep the fit with the highest objective. With
+#: few points, L-BFGS-B started at BoTorch's length scales on x often stops in an
+#: optimum that explains a rapidly varying output as noise (the paper's synthetic
+#: y1); larger conditionals pin their length scales down and would pay the extra
+#: fits in O(n^3).
+MULTI_START_MAX_ROWS = 100
+#: Further starting length scales (normalised units) of the kernels over x alone
+#: for small conditionals: the paper's scripts start at 0.1.
+SHORT_INPUT_LENGTHSCALES = (0.1,)
 
 
 class GPARModel(Model):
@@ -77,7 +90,8 @@ class GPARModel(Model):
         outcome_transform: An optional elementwise outcome transform applied
             to ``train_Y`` before modelling (e.g. ``Log()`` for error rates);
             the posterior is untransformed by sampling. Each conditional also
-            standardises its own targets.
+            scales its own targets (standardised, or divided by their root mean
+            square under the paper's conventions).
         num_inducing: Fit every conditional with the variational inducing-point
             method of Titsias (2009) (GPyTorch's ``InducingPointKernel``, the
             collapsed SGPR bound) with this many inducing points. By default a
@@ -93,7 +107,9 @@ class GPARModel(Model):
             "paper" (zero-mean GPs on the outputs as given, a variance on every
             kernel, maximum likelihood without priors, noise started at a tenth
             of the targets' variance), as in the paper's synthetic experiments
-            and the authors' package with ``normalise_y=False``. See ``Conventions``.
+            and the authors' package with ``normalise_y=False``; fitted in
+            units of each conditional's targets (``RootMeanSquareScale``), so
+            the outputs' units do not matter. See ``Conventions``.
             The paper's conventions need float64 data; BoTorch's also run in float32.
     """
 
@@ -228,6 +244,11 @@ class GPARModel(Model):
         ``impute`` or ``denoise``, conditional m's inputs are rebuilt from the
         already fitted conditionals 1..m-1 before it is fitted.
 
+        Conditionals with at most ``MULTI_START_MAX_ROWS`` training rows are
+        fitted from their current starting values and from each of
+        ``SHORT_INPUT_LENGTHSCALES`` on x, and keep the fit with the highest
+        objective (see ``_fit_conditional``).
+
         Keyword arguments (e.g. ``optimizer_kwargs``) go to every inner fit;
         SciPy L-BFGS-B's ``ftol`` defaults to ``FIT_FTOL``.
         """
@@ -244,7 +265,7 @@ class GPARModel(Model):
                 # Each evaluation builds small kernel matrices, for which lazy
                 # kernel tensors are overhead rather than savings.
                 with lazily_evaluate_kernels(False):
-                    fit_gpytorch_mll(ExactMarginalLogLikelihood(gp.likelihood, gp), **kwargs)
+                    _fit_conditional(gp, self.train_X.shape[-1], **kwargs)
             except Exception as error:
                 raise RuntimeError(
                     f"Fitting the conditional of output {self.output_names[m]!r} "
@@ -258,14 +279,14 @@ class GPARModel(Model):
         r"""``log p(y_m | y_{<m}, x)`` of every conditional's training data.
 
         In the units of the modelled outputs (after ``outcome_transform``, but
-        undoing each conditional's standardisation), without hyperpriors, so
+        undoing each conditional's scaling of its targets), without hyperpriors, so
         they are comparable across output orderings.
 
         Args:
-            standardized: Each conditional's evidence of its standardised
-                targets instead (unit-free, for comparing different outputs;
-                the same as the default under the paper's conventions, which
-                do not standardise).
+            standardized: Each conditional's evidence of its targets in the
+                units it is fitted in instead (standardised, or under the
+                paper's conventions divided by their root mean square):
+                unit-free, for comparing different outputs.
 
         Returns:
             An ``M`` tensor; its sum is GPAR's total log evidence.
@@ -466,6 +487,60 @@ class _Keys(NamedTuple):
 
     missing_keys: list[str]
     unexpected_keys: list[str]
+
+
+def _fit_conditional(gp: SingleTaskGP, x_dims: int, **kwargs: Any) -> None:
+    """Fit one conditional, from several starting points if it is small.
+
+    The starts are the conditional's current hyperparameters (BoTorch's
+    defaults, or values the user set) and the same with every length scale
+    over x alone set to each of ``SHORT_INPUT_LENGTHSCALES``. The fit with
+    the highest objective that L-BFGS-B maximised (the log evidence, plus
+    the log hyperpriors under BoTorch's conventions) is kept; ties keep the
+    earlier start. An extra start whose fit fails is skipped. Deterministic
+    given the data (as far as the fit is).
+    """
+    kernels = input_kernels(gp.covar_module, x_dims)
+    small = len(gp.train_targets) <= MULTI_START_MAX_ROWS
+
+    def is_current(value: float) -> bool:  # such a start would repeat the first fit
+        return all(
+            torch.allclose(k.lengthscale, torch.full_like(k.lengthscale, value)) for k in kernels
+        )
+
+    shorts = SHORT_INPUT_LENGTHSCALES if small else ()
+    starts: list[float | None] = [None, *(v for v in shorts if not is_current(v))]
+    if len(starts) == 1:
+        fit_gpytorch_mll(ExactMarginalLogLikelihood(gp.likelihood, gp), **kwargs)
+        return
+    initial = deepcopy(gp.state_dict())
+    best: tuple[float, dict[str, Tensor]] | None = None
+    for lengthscale in starts:
+        gp.load_state_dict(initial)
+        if lengthscale is not None:
+            for kernel in kernels:
+                kernel.lengthscale = torch.full_like(kernel.lengthscale, lengthscale)
+        mll = ExactMarginalLogLikelihood(gp.likelihood, gp)
+        try:
+            fit_gpytorch_mll(mll, **kwargs)
+        except ModelFittingError:
+            if lengthscale is None:
+                raise
+            continue  # an extra start that fails is only a start fewer
+        value = _objective(mll)
+        if best is None or value > best[0]:
+            best = value, deepcopy(gp.state_dict())
+    gp.load_state_dict(best[1])
+
+
+def _objective(mll: ExactMarginalLogLikelihood) -> float:
+    """The fitted objective: the mll with its priors and added loss terms."""
+    gp = mll.model
+    gp.train()
+    with torch.no_grad():
+        value = mll(gp(*gp.train_inputs), gp.train_targets)
+    gp.eval()
+    return float(value)
 
 
 def _derived_from_data(key: str) -> bool:

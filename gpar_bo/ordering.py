@@ -31,10 +31,10 @@ def greedy_output_order(
 
     Orderings other than the natural one rarely keep data closed downwards,
     so every candidate model imputes (``impute=True``), as the paper does.
-    Candidates are compared by the evidence of their standardised outputs,
-    so under the default conventions rescaling an output (e.g. changing its
-    units) does not change the order; the paper's conventions fit outputs in
-    their own units, so there the order can depend on them.
+    Candidates are compared by the evidence of their outputs in the units
+    each conditional is fitted in (standardised, or divided by their root
+    mean square under the paper's conventions), so rescaling an output (e.g.
+    changing its units) does not change the order.
 
     Args:
         train_X: An ``n x d`` tensor of inputs.

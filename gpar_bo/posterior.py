@@ -314,12 +314,13 @@ class GPARPosterior(Posterior):
             else:
                 covar = predictor.covariance(features, features)
                 eye = torch.eye(q_c, dtype=covar.dtype, device=covar.device)
-                cond_f, cond_y = covar, covar + predictor.noise * eye
+                prior_f, prior_y = covar, covar + predictor.noise * eye
+                cond_f, cond_y = prior_f, prior_y
                 if k:
                     cond_f = cond_f - A_f @ A_f.mT
                     cond_y = cond_y - A_y @ A_y.mT
-                latent = mean_f + _matvec(_cholesky(cond_f), e)
-                noisy = mean_y + _matvec(_cholesky(cond_y), e)
+                latent = mean_f + _matvec(_cholesky(cond_f, prior_f), e)
+                noisy = mean_y + _matvec(_cholesky(cond_y, prior_y), e)
             block.record(m, latent, noisy, features.mean, variance, predictor.noise)
 
     @cached_property
@@ -445,16 +446,28 @@ def _common_leading(a: Features, b: Features) -> tuple[Features, Features]:
 
 
 def _safe_sqrt(variance: Tensor) -> Tensor:
-    # Guard the gradient of sqrt at exactly zero variance.
-    return variance.clamp_min(1e-12).sqrt()
+    # sqrt's gradient is infinite at zero: zero (or round-off negative)
+    # variances give a zero standard deviation with a zero gradient. No
+    # absolute floor: any floor swamps the variances of outputs on small scales.
+    positive = variance > 0
+    return torch.where(positive, variance.where(positive, 1.0).sqrt(), 0.0)
 
 
-def _cholesky(covar: Tensor) -> Tensor:
+def _cholesky(covar: Tensor, reference: Tensor | None = None) -> Tensor:
     # Latent covariances of nearby points are routinely singular; the jitter
-    # psd_safe_cholesky adds is expected here, so its warning is noise.
+    # psd_safe_cholesky adds is expected here, so its warning is noise. The
+    # jitter is absolute, so the matrix is factorised in units of the mean
+    # variance of ``reference`` (default: itself): otherwise it swamps outputs
+    # on small scales (and is too small to help on large ones). A conditional
+    # covariance ``covar - A A^T`` carries the round-off of its prior
+    # ``covar``, so its jitter must be relative to the prior's (in float32 the
+    # round-off can exceed the conditional variances themselves).
+    reference = covar if reference is None else reference
+    scale = reference.diagonal(dim1=-2, dim2=-1).mean(-1).clamp_min(torch.finfo(covar.dtype).tiny)
+    scale = scale.detach()[..., None, None]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NumericalWarning)
-        return psd_safe_cholesky(covar)
+        return psd_safe_cholesky(covar / scale) * scale.sqrt()
 
 
 def _matvec(matrix: Tensor, vector: Tensor) -> Tensor:

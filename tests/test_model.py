@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -9,11 +10,16 @@ import torch
 from botorch.models import SingleTaskGP
 from botorch.models.transforms.input import Normalize
 from botorch.models.transforms.outcome import Log, Standardize
+from gpytorch.constraints import GreaterThan
 from gpytorch.kernels import MaternKernel, RBFKernel, ScaleKernel
+from gpytorch.likelihoods import GaussianLikelihood
 from gpytorch.means import ZeroMean
+from gpytorch.mlls import ExactMarginalLogLikelihood
 from tests.helpers import EPOCHS, fit, partial_curves, tolerance
 
 from gpar_bo import GPARModel, KernelFamily
+from gpar_bo.initialization import set_input_lengthscales
+from gpar_bo.kernels import input_kernels
 from gpar_bo.synthetic import learning_curves, three_output_function
 
 NAN = float("nan")
@@ -80,6 +86,66 @@ def test_gpar_beats_independent_gps_on_the_paper_synthetic_problem(dtype: torch.
             igp_mean = igp.posterior(x_test.unsqueeze(-2)).mean[:, 0, 2]
         wins += _smse(gpar_mean, truth) < _smse(igp_mean, truth)
     assert wins >= 4
+
+
+@pytest.mark.parametrize("conventions", ["botorch", "paper"])
+def test_gpar_beats_independent_gps_on_figure_3_with_default_starting_values(
+    conventions: str,
+) -> None:
+    # Figure 3 as in the authors' script: 30 evenly spaced points, noise standard
+    # deviation 0.1. From BoTorch's starting length scales alone, y1's fit stops
+    # in the all-noise optimum and GPAR loses its advantage on y3.
+    x = torch.linspace(0, 1, 30, dtype=torch.double).unsqueeze(-1)
+    x_test = torch.linspace(0, 1, 200, dtype=torch.double).unsqueeze(-1)
+    truth = three_output_function(x_test)[:, 2]
+    wins = 0
+    for seed in range(8):
+        generator = torch.Generator().manual_seed(seed)
+        noise = 0.1 * torch.randn(30, 3, generator=generator, dtype=torch.double)
+        y = three_output_function(x) + noise
+        gpar = fit(GPARModel(x, y, kernel="L-NL", conventions=conventions))
+        igp = fit(GPARModel(x, y, kernel="L-NL", markov=0, conventions=conventions))
+        with torch.no_grad():
+            gpar_mean = gpar.posterior(x_test.unsqueeze(-2)).mean[:, 0, 2]
+            igp_mean = igp.posterior(x_test.unsqueeze(-2)).mean[:, 0, 2]
+        wins += _smse(gpar_mean, truth) < _smse(igp_mean, truth)
+    assert wins >= 7
+
+
+def test_small_conditionals_keep_the_best_of_several_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import gpar_bo.model as model_module
+    from botorch.fit import fit_gpytorch_mll
+
+    starts: list[tuple[float, float]] = []  # per fit: starting x length scale, objective
+
+    def spy(mll, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        start = input_kernels(mll.model.covar_module, 1)[0].lengthscale.detach().item()
+        result = fit_gpytorch_mll(mll, **kwargs)
+        starts.append((start, model_module._objective(mll)))
+        return result
+
+    monkeypatch.setattr(model_module, "fit_gpytorch_mll", spy)
+    x = torch.linspace(0, 1, 30, dtype=torch.double).unsqueeze(-1)
+    generator = torch.Generator().manual_seed(0)
+    noise = 0.1 * torch.randn(30, 1, generator=generator, dtype=torch.double)
+    y = three_output_function(x)[:, :1] + noise
+    model = fit(GPARModel(x, y))
+    (default, first), (short, second) = starts
+    assert short == pytest.approx(0.1) and default != pytest.approx(0.1)
+    # The kept fit is the better one (here the short start's, which finds y1's period).
+    gp = model.conditionals[0]
+    kept = model_module._objective(ExactMarginalLogLikelihood(gp.likelihood, gp))
+    assert second > first and kept == pytest.approx(second)
+    # A start equal to the current one is not repeated, and large conditionals fit once.
+    starts.clear()
+    fit(set_input_lengthscales(GPARModel(x, y), 0.1))
+    assert len(starts) == 1
+    monkeypatch.setattr(model_module, "MULTI_START_MAX_ROWS", 29)
+    starts.clear()
+    fit(GPARModel(x, y))
+    assert len(starts) == 1
 
 
 def test_conditionals_train_on_the_rows_that_reached_them(dtype: torch.dtype) -> None:
@@ -237,8 +303,13 @@ def test_paper_conventions_are_prior_free_zero_mean_gps_on_raw_outputs() -> None
     for m, gp in enumerate(model.conditionals):
         assert not list(gp.named_priors())
         assert isinstance(gp.mean_module, ZeroMean)
-        assert not hasattr(gp, "outcome_transform")
-        torch.testing.assert_close(gp.train_targets, Y[~Y[:, m].isnan(), m])  # as given
+        # As given, only divided by their root mean square (a change of units):
+        # not centred, so the GP on the outputs is zero-mean.
+        targets = Y[~Y[:, m].isnan(), m]
+        scale = gp.outcome_transform.stdvs.squeeze()
+        torch.testing.assert_close(gp.outcome_transform.means, torch.zeros(1, 1, dtype=Y.dtype))
+        torch.testing.assert_close(gp.train_targets * scale, targets)
+        torch.testing.assert_close(scale, targets.pow(2).mean().sqrt())
     assert isinstance(model.conditionals[0].covar_module, ScaleKernel)
     with pytest.raises(ValueError):
         GPARModel(X, Y, conventions="stheno")
@@ -249,8 +320,14 @@ def test_paper_single_output_matches_a_zero_mean_single_task_gp() -> None:
     Y = 3.0 + torch.sin(6 * X[:, :1])
     model = fit(GPARModel(X, Y, conventions="paper"))
     gp = model.conditionals[0]
+    # The same GP with its variances in the outputs' own units.
+    units = gp.outcome_transform.stdvs.squeeze() ** 2
+    covar_module = copy.deepcopy(gp.covar_module)
+    covar_module.outputscale = units * gp.covar_module.outputscale
+    likelihood = GaussianLikelihood(noise_constraint=GreaterThan(0.0, transform=None))
+    likelihood.noise = units * gp.likelihood.noise
     reference = SingleTaskGP(
-        X, Y, covar_module=gp.covar_module, likelihood=gp.likelihood, mean_module=ZeroMean(),
+        X, Y, covar_module=covar_module, likelihood=likelihood, mean_module=ZeroMean(),
         outcome_transform=None, input_transform=gp.input_transform,
     )
     reference.eval()
@@ -269,10 +346,10 @@ def test_paper_noise_floor_and_start_follow_the_outputs_units() -> None:
     for scale in (1.0, 1e-3):
         gp = GPARModel(X, scale * Y, conventions="paper").conditionals[0]
         variance = (scale * Y[:, 0]).var()
-        torch.testing.assert_close(gp.likelihood.noise, 0.1 * variance.reshape(1))
-        assert gp.likelihood.noise_covar.raw_noise_constraint.lower_bound == pytest.approx(
-            1e-4 * variance
-        )
+        units = gp.outcome_transform.stdvs.squeeze() ** 2  # noise is fitted in these units
+        torch.testing.assert_close(units * gp.likelihood.noise, 0.1 * variance.reshape(1))
+        floor = gp.likelihood.noise_covar.raw_noise_constraint.lower_bound
+        assert units * floor == pytest.approx(1e-4 * variance)
 
 
 def test_paper_noise_floor_follows_the_data_after_conditioning() -> None:
@@ -280,8 +357,10 @@ def test_paper_noise_floor_follows_the_data_after_conditioning() -> None:
     model = fit(GPARModel(X, Y, conventions="paper"))
     y_new = torch.tensor([[5.0] + [NAN] * (Y.shape[-1] - 1)], dtype=torch.double)
     conditioned = model.condition_on_observations(X[:1] + 0.01, y_new)
-    floor = conditioned.conditionals[0].likelihood.noise_covar.raw_noise_constraint.lower_bound
-    assert floor == pytest.approx(1e-4 * torch.cat([Y[:, 0], y_new[:, 0]]).var())
+    gp = conditioned.conditionals[0]
+    floor = gp.likelihood.noise_covar.raw_noise_constraint.lower_bound
+    units = gp.outcome_transform.stdvs.squeeze() ** 2
+    assert units * floor == pytest.approx(1e-4 * torch.cat([Y[:, 0], y_new[:, 0]]).var())
     torch.testing.assert_close(conditioned.conditionals[0].likelihood.noise,
                                model.conditionals[0].likelihood.noise)
 
@@ -294,6 +373,51 @@ def test_paper_conventions_fit_learning_curves() -> None:
     with torch.no_grad():
         prediction = model.posterior(X_test.unsqueeze(-2)).mean.squeeze(-2)
     assert _smse(prediction, truth) < 0.02
+
+
+# ------------------------------------------------------------------ units
+_SCALE_X_TEST = torch.rand(10, 1, 2, dtype=torch.double, generator=torch.Generator().manual_seed(3))
+# Joint sampling: t-batches of three points, two of them equal (a singular
+# latent covariance, which needs jitter).
+_SCALE_X_JOINT = torch.rand(4, 3, 2, dtype=torch.double, generator=torch.Generator().manual_seed(4))
+_SCALE_X_JOINT[:, 1] = _SCALE_X_JOINT[:, 0]
+_SCALE_BASE = torch.randn(64, 4, 3, 3, dtype=torch.double, generator=torch.Generator().manual_seed(5))
+
+
+def _predictions_in_units_of(scale: float, conventions: str) -> tuple[torch.Tensor, ...]:
+    """Posterior mean, standard deviation and joint samples of the curves scaled by ``scale``,
+    divided by ``scale``."""
+    X, Y = partial_curves(n=30)
+    model = fit(GPARModel(X, scale * Y[:, :3], conventions=conventions))
+    with torch.no_grad():
+        posterior = model.posterior(_SCALE_X_TEST)
+        samples = model.posterior(_SCALE_X_JOINT).rsample_from_base_samples(
+            _SCALE_BASE.shape[:1], _SCALE_BASE
+        )
+    return posterior.mean / scale, posterior.variance.sqrt() / scale, samples / scale
+
+
+@pytest.fixture(scope="module")
+def unit_scale_predictions() -> dict[str, tuple[torch.Tensor, ...]]:
+    torch.set_num_threads(1)
+    return {c: _predictions_in_units_of(1.0, c) for c in ("botorch", "paper")}
+
+
+@pytest.mark.parametrize("conventions", ["botorch", "paper"])
+@pytest.mark.parametrize("log2_scale", [-30, -20, -10, 10, 20, 30])  # about 1e-9 to 1e9
+def test_predictions_do_not_depend_on_the_outputs_units(
+    log2_scale: int, conventions: str, unit_scale_predictions: dict
+) -> None:
+    # Fitting and predicting in other units gives the same predictions in those
+    # units: no floor, jitter, threshold or starting value may be absolute.
+    # Powers of two scale every value exactly, so the scaled fit sees the same
+    # standardised data bit for bit and any difference is such a constant. (With
+    # decimal scales, rounding the data moves these fits by up to a fifth of a
+    # posterior standard deviation, as a one-ulp change of the data does.)
+    scale = 2.0**log2_scale
+    ours = _predictions_in_units_of(scale, conventions)
+    for value, reference in zip(ours, unit_scale_predictions[conventions]):
+        torch.testing.assert_close(value, reference, rtol=1e-9, atol=0.0)
 
 
 # ---------------------------------------------------------------- bad input
@@ -372,7 +496,8 @@ def test_conditional_fits_default_to_the_relative_tolerance_and_accept_overrides
         fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model), **kwargs)
 
     fit_with()
-    assert len(seen) == Y.shape[-1]
+    # Small conditionals: one fit per start.
+    assert len(seen) == Y.shape[-1] * (1 + len(model_module.SHORT_INPUT_LENGTHSCALES))
     assert all(k["optimizer_kwargs"]["options"] == {"ftol": model_module.FIT_FTOL} for k in seen)
     fit_with(optimizer_kwargs={"options": {"ftol": 1e-9, "maxiter": 7}})
     assert all(k["optimizer_kwargs"]["options"] == {"ftol": 1e-9, "maxiter": 7} for k in seen)
@@ -410,13 +535,14 @@ def test_hyperparameters_carried_to_other_data_refeed_with_that_datas_transforms
 
     # Reference: the same data "fitted" by setting each conditional to the source's
     # hyperparameters, in order: the fit rebuilds each conditional's inputs from
-    # the conditionals before it, independently of load_state_dict.
+    # the conditionals before it, independently of load_state_dict. (The whole fit
+    # of one conditional is replaced, multi-start included.)
     fitted = iter(source.conditionals)
 
-    def set_hyperparameters(mll, **kwargs) -> None:  # noqa: ANN001, ANN003
-        mll.model.load_state_dict(_hyperparameters(next(fitted).state_dict()), strict=False)
+    def set_hyperparameters(gp, x_dims, **kwargs) -> None:  # noqa: ANN001, ANN003
+        gp.load_state_dict(_hyperparameters(next(fitted).state_dict()), strict=False)
 
-    monkeypatch.setattr(model_module, "fit_gpytorch_mll", set_hyperparameters)
+    monkeypatch.setattr(model_module, "_fit_conditional", set_hyperparameters)
     reference = fit(GPARModel(X, Y, **options))
     fresh = GPARModel(X, Y, **options)
 

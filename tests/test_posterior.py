@@ -183,8 +183,9 @@ def test_bad_posterior_inputs(curve_model: GPARModel, dtype: torch.dtype) -> Non
         curve_model.posterior(torch.full((1, 2), NAN, dtype=dtype))
     with pytest.raises(ValueError, match="3 input dimensions; the model was trained on 2"):
         curve_model.posterior(torch.rand(1, 3, dtype=dtype))
-    with pytest.raises(ValueError, match="X has no points"):
-        curve_model.posterior(torch.rand(4, 0, 2, dtype=dtype))
+    for shape in [(4, 0, 2), (0, 1, 2), (3, 0, 1, 2)]:  # no points, or an empty batch
+        with pytest.raises(ValueError, match="X has no points"):
+            curve_model.posterior(torch.rand(*shape, dtype=dtype))
     other = torch.float32 if dtype == torch.float64 else torch.float64
     with pytest.raises(ValueError, match=f"X is {other} but the model is {dtype}"):
         curve_model.posterior(torch.rand(1, 2, dtype=other))
