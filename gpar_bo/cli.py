@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from gpar_bo.problems.funnel_mlp.cli import add_generate_parser as add_funnel_parser
 from gpar_bo.problems.mnist.cli import add_generate_parser
 from gpar_bo.tuning.cli import add_tune_parser
 
@@ -16,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
     add_generate_parser(subparsers)
+    add_funnel_parser(subparsers)
     add_tune_parser(subparsers)
     return parser
 

@@ -1,7 +1,8 @@
-"""Tabular problems for the BO benchmark: the MNIST MLP table and a synthetic family.
+"""Tabular problems for the BO benchmark: the MNIST MLP table, the funnel-MLP tables
+and a synthetic family.
 
-Both return a ``TabularProblem`` with settings in the unit cube and full
-21-epoch validation error and loss curves.
+Each returns a ``TabularProblem`` with settings in the unit cube and full
+validation error and loss curves (21 epochs; 50 for the funnel-MLP tables).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 from torch import Tensor
 
 from benchmarks.bo.harness import TabularProblem
+from gpar_bo.problems import funnel_mlp
 from gpar_bo.problems.mnist import HPARAM_NAMES
 from gpar_bo.problems.mnist.curves import load_curves
 
@@ -21,6 +23,11 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 MNIST_CSV = DATA / "mnist_curves_tabular.csv"
 EPOCHS = 21
 DEFAULT_CHECKPOINTS = (1, 3, 7, 14, 21)
+#: The funnel-MLP tables: data set -> CSV (made by ``gpar-bo generate-funnel-curves``).
+FUNNEL_CSV = {"digits": DATA / "digits_funnel_curves.csv"}
+FUNNEL_EPOCHS = 50
+#: Default reporting epochs of the funnel tables: roughly doubling, as for MNIST.
+FUNNEL_CHECKPOINTS = (1, 3, 6, 12, 25, 50)
 
 
 def grid_bounds(metadata: dict) -> tuple[Tensor, Tensor]:
@@ -56,6 +63,39 @@ def mnist_table(
     lower, upper = grid_bounds(metadata)
     X = (X - lower) / (upper - lower)
     return TabularProblem("mnist", X, error, loss, tuple(checkpoints))
+
+
+def funnel_table(
+    dataset: str = "digits",
+    checkpoints: Sequence[int] = FUNNEL_CHECKPOINTS,
+    path: Path | None = None,
+) -> TabularProblem:
+    """A committed table of LCBench-style funnel-MLP settings with 50-epoch curves.
+
+    ``X`` is the raw setting mapped into the unit cube by the search space's ranges
+    (:func:`gpar_bo.problems.funnel_mlp.to_unit_cube`: log scale for batch size,
+    learning rate, weight decay and maximum units), so coordinates do not depend on
+    which settings were sampled. A diverged run's loss is ``inf`` (its error is 1.0).
+
+    Args:
+        dataset: Key of :data:`FUNNEL_CSV` (used for the default path and the name).
+        checkpoints: Epochs at which runs report (increasing, last == 50).
+        path: The CSV, if not the default one for ``dataset``.
+
+    Returns:
+        A problem named ``funnel_<dataset>`` with ``X``: ``n x 7`` and ``error`` and
+        ``loss``: ``n x 50``, ``n`` the rows in the file.
+    """
+    if path is None:
+        if dataset not in FUNNEL_CSV:
+            raise ValueError(f"no funnel table for {dataset!r}; known: {sorted(FUNNEL_CSV)}")
+        path = FUNNEL_CSV[dataset]
+    epochs = range(1, FUNNEL_EPOCHS + 1)
+    X, error = funnel_mlp.load_curves(path, epochs=epochs, metric="error")
+    _, loss = funnel_mlp.load_curves(path, epochs=epochs, metric="loss")
+    return TabularProblem(
+        f"funnel_{dataset}", funnel_mlp.to_unit_cube(X), error, loss, tuple(checkpoints)
+    )
 
 
 def synthetic_curves(X: Tensor, epochs: int, optimum: Tensor) -> Tensor:

@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from gpar_bo.problems.curves_io import EpochCallback, TrainResult
 from gpar_bo.problems.mnist.data import MNISTData
 
 __all__ = [
@@ -179,31 +180,6 @@ class MLPHyperparameters:
     @property
     def l2(self) -> float:
         return math.exp(self.log_l2)
-
-
-#: Called after each epoch with (epoch starting at 1, validation cross-entropy,
-#: validation error rate); returning True stops training after that epoch.
-EpochCallback = Callable[[int, float, float], "bool | None"]
-
-
-@dataclass
-class TrainResult:
-    """Per-epoch validation curves of one training run.
-
-    Attributes:
-        val_loss: mean validation cross-entropy (nats, no penalty terms) after each
-            completed epoch; length ``epochs_run``.
-        val_error: validation classification error rate (1 - accuracy) per epoch.
-        epochs_run: number of epochs completed.
-        stopped_early: True if the callback stopped the run before ``epochs``.
-        seconds: wall-clock training time.
-    """
-
-    val_loss: list[float] = field(default_factory=list)
-    val_error: list[float] = field(default_factory=list)
-    epochs_run: int = 0
-    stopped_early: bool = False
-    seconds: float = 0.0
 
 
 def batch_size_for(n_train: int, steps_per_epoch: float = STEPS_PER_EPOCH) -> int:

@@ -1,0 +1,129 @@
+"""Offline tabular classification data: scikit-learn's bundled sets, split and standardised.
+
+:func:`load_dataset` returns a seeded, stratified train/validation split of one of the data
+sets that ship inside scikit-learn (no download), with the features standardised by the
+training part's mean and standard deviation (constant features are only centred).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+__all__ = ["DATASETS", "DEFAULT_VAL_FRACTION", "TabularData", "load_dataset"]
+
+#: Name -> scikit-learn loader (in ``sklearn.datasets``) of the bundled data sets.
+DATASETS: dict[str, str] = {
+    "digits": "load_digits",  # 1,797 8x8 digit images, 64 features, 10 classes
+    "breast_cancer": "load_breast_cancer",  # 569 tumours, 30 features, 2 classes
+}
+
+#: Validation fraction: one third held out, as in LCBench's splits.
+DEFAULT_VAL_FRACTION = 1.0 / 3.0
+
+
+@dataclass(frozen=True)
+class TabularData:
+    """A standardised train/validation split.
+
+    Attributes:
+        name: the data set's key in :data:`DATASETS`.
+        x_train: ``(n_train, d)`` float32 standardised features.
+        y_train: ``(n_train,)`` int64 class labels ``0..n_classes-1``.
+        x_val: ``(n_val, d)`` float32, standardised with the training statistics.
+        y_val: ``(n_val,)`` int64 labels.
+        n_classes: number of classes of the whole data set.
+        source: where the data came from and how it was split (for provenance).
+    """
+
+    name: str
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_val: torch.Tensor
+    y_val: torch.Tensor
+    n_classes: int
+    source: str
+
+    @property
+    def n_train(self) -> int:
+        return int(self.x_train.shape[0])
+
+    @property
+    def n_val(self) -> int:
+        return int(self.x_val.shape[0])
+
+    @property
+    def n_features(self) -> int:
+        return int(self.x_train.shape[1])
+
+
+def _stratified_split(y: np.ndarray, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (train, val): each class contributes ``round(count * val_fraction)`` to val."""
+    rng = np.random.default_rng(seed)
+    val: list[np.ndarray] = []
+    train: list[np.ndarray] = []
+    for label in np.unique(y):
+        members = rng.permutation(np.flatnonzero(y == label))
+        k = int(round(len(members) * val_fraction))
+        val.append(members[:k])
+        train.append(members[k:])
+    # Shuffle the concatenations so neither part is ordered by class.
+    return rng.permutation(np.concatenate(train)), rng.permutation(np.concatenate(val))
+
+
+def load_dataset(
+    name: str = "digits",
+    *,
+    val_fraction: float = DEFAULT_VAL_FRACTION,
+    split_seed: int = 0,
+    max_examples: int | None = None,
+) -> TabularData:
+    """Load a bundled scikit-learn data set as a seeded, stratified, standardised split.
+
+    Args:
+        name: a key of :data:`DATASETS` (``"digits"`` or ``"breast_cancer"``).
+        val_fraction: fraction of each class held out for validation, in ``(0, 1)``.
+        split_seed: seed of the split.
+        max_examples: keep only a seeded random subset of this many examples before
+            splitting (quick tests and smoke runs).
+
+    Raises:
+        ValueError: an unknown name, an invalid fraction, or a split leaving a part empty.
+    """
+    if name not in DATASETS:
+        raise ValueError(f"unknown data set {name!r}; expected one of {sorted(DATASETS)}")
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    import sklearn
+    from sklearn import datasets
+
+    bunch = getattr(datasets, DATASETS[name])()
+    x = np.asarray(bunch.data, dtype=np.float64)
+    y = np.asarray(bunch.target, dtype=np.int64)
+    n_classes = int(y.max()) + 1
+    source = f"scikit-learn {sklearn.__version__} datasets.{DATASETS[name]}() ({len(y)} examples)"
+    if max_examples is not None:
+        if max_examples < 2:
+            raise ValueError(f"max_examples must be at least 2, got {max_examples}")
+        keep = np.sort(np.random.default_rng([split_seed, 1]).permutation(len(y))[:max_examples])
+        x, y = x[keep], y[keep]
+        source += f", subset of {len(y)}"
+    train_idx, val_idx = _stratified_split(y, val_fraction, split_seed)
+    if len(train_idx) == 0 or len(val_idx) == 0:
+        raise ValueError(f"val_fraction={val_fraction} leaves no training or no validation examples")
+    mean = x[train_idx].mean(axis=0)
+    std = x[train_idx].std(axis=0)
+    std[std == 0] = 1.0  # constant features (e.g. digits' corner pixels): centre only
+    z = ((x - mean) / std).astype(np.float32)
+    return TabularData(
+        name=name,
+        x_train=torch.from_numpy(np.ascontiguousarray(z[train_idx])),
+        y_train=torch.from_numpy(np.ascontiguousarray(y[train_idx])),
+        x_val=torch.from_numpy(np.ascontiguousarray(z[val_idx])),
+        y_val=torch.from_numpy(np.ascontiguousarray(y[val_idx])),
+        n_classes=n_classes,
+        source=source + f"; stratified split_seed={split_seed}, val_fraction={val_fraction:.6g}, "
+        "standardised with the training mean and std",
+    )

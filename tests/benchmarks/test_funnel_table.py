@@ -1,0 +1,53 @@
+"""The funnel-MLP table as a tabular BO problem, and the curve-crossing statistics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks.bo.problems import FUNNEL_CHECKPOINTS, FUNNEL_CSV, funnel_table
+from benchmarks.curve_crossing import crossing_stats
+from gpar_bo.problems.funnel_mlp import generate_curves, load_dataset, sample_settings, to_unit_cube
+
+
+def test_funnel_table_from_a_tiny_generation(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    generate_curves(path, 3, seed=0, data=load_dataset("breast_cancer", max_examples=60), epochs=50,
+                    progress=False)
+    problem = funnel_table("tiny", path=path, checkpoints=(10, 50))
+    assert problem.name == "funnel_tiny" and problem.checkpoints == (10, 50)
+    assert problem.X.shape == (3, 7) and problem.error.shape == problem.loss.shape == (3, 50)
+    raw = torch.tensor([hp.to_vector() for hp in sample_settings(3, 0)], dtype=torch.float64)
+    assert torch.allclose(problem.X, to_unit_cube(raw))
+    assert torch.allclose(problem.X[:, 0], (raw[:, 0].log() - torch.log(torch.tensor(16.0))) / torch.log(torch.tensor(32.0)))
+    with pytest.raises(ValueError, match="checkpoints"):
+        funnel_table("tiny", path=path, checkpoints=(1, 49))
+    with pytest.raises(ValueError, match="no funnel table for 'iris'"):
+        funnel_table("iris")
+
+
+def test_committed_funnel_table() -> None:
+    if not FUNNEL_CSV["digits"].exists():
+        pytest.skip("digits_funnel_curves.csv not generated")
+    problem = funnel_table()
+    n = json.loads(FUNNEL_CSV["digits"].with_suffix(".json").read_text())["rows"]
+    assert problem.X.shape == (n, 7) and problem.error.shape == (n, 50)
+    assert problem.checkpoints == FUNNEL_CHECKPOINTS
+    assert ((problem.X >= 0) & (problem.X <= 1)).all()
+    assert 0 <= problem.error.min() and problem.error.max() <= 1 and (problem.loss > 0).all()
+    assert 0.0 < problem.best_final_error < 0.1
+
+
+def test_crossing_stats() -> None:
+    # Three settings: a/b swap order between epoch 1 and the end, c is worst throughout.
+    error = torch.tensor([[0.5, 0.1], [0.4, 0.2], [0.9, 0.9]], dtype=torch.float64)
+    stats = crossing_stats(error)
+    assert stats["settings"] == 3 and stats["crossing_fraction"] == pytest.approx(1 / 3)
+    assert stats["spearman_first_final"] == pytest.approx(0.5)
+    assert stats["best_final"] == 0.1 and stats["median_final"] == 0.2
+    assert stats["tied_pair_fraction"] == 0 and stats["best_half_crossing_fraction"] == 1.0
+    tied = crossing_stats(torch.tensor([[0.9, 0.9], [0.9, 0.9], [0.5, 0.1]], dtype=torch.float64))
+    assert tied["tied_pair_fraction"] == pytest.approx(1 / 3) and tied["crossing_fraction"] == 0
