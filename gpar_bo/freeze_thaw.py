@@ -8,25 +8,67 @@ setting at its first checkpoint, and takes the best action.
 improve the result, and continuing a run is not a commitment to train it to the end: it
 will be judged again at its next checkpoint. So a run's worth is its Gittins index: the
 charge per epoch at which training it on, and stopping it as soon as the rest is not
-worth the charge, just breaks even against the improvement of its final value over the
-incumbent. GPAR gives joint sample paths of a run's remaining checkpoints conditioned on
-its observed prefix (none for a new setting); :func:`stopping_index` finds the best plan
-by backward induction over those paths and the index by bisection. The costs look ahead
-to the final checkpoint, so a new setting's cheap first epoch does not always win; cheap
-screening of new settings scores well exactly when GPAR has learnt that early values
-predict final ones; a paused run is resumed when its prefix makes the rest promising.
-This is the freeze-thaw idea of Swersky et al. (2014) with the index rule of Gittins
-(and Weitzman's "Pandora's box") in place of entropy search.
+worth the charge, just breaks even against the expected reduction of the incumbent's
+error by its final value. GPAR gives joint sample paths of a run's remaining checkpoints
+conditioned on its observed prefix (none for a new setting); :func:`stopping_index`
+finds the best stopping plan by backward induction over those paths and the index by
+bisection. The costs look ahead to the final checkpoint, so a new setting's cheap first
+epoch does not always win; cheap screening scores well exactly when GPAR has learnt that
+early values predict final ones; a paused run is resumed when its prefix makes the rest
+promising. This is the freeze-thaw idea of Swersky et al. (2014) with the index rule of
+Gittins (as in Weitzman's "Pandora's box" with multi-stage boxes) in place of entropy
+search. For a run with one checkpoint left the index is its expected improvement per
+remaining epoch, i.e. cost-aware expected improvement.
+
+Design choices and why:
+
+* **GPAR models log-error increments between checkpoints** (output 1 is the log error
+  at the first checkpoint, output m > 1 the change of log error since checkpoint m - 1),
+  not the log errors themselves. The two carry the same information (a triangular
+  bijection of each prefix), but each conditional's prior (a constant mean, fitted on
+  the runs that reached that checkpoint) then says "the curve goes on changing as
+  curves did" instead of "the curve ends where the finished runs ended". While few runs
+  have finished, the final conditional is fitted on a handful of values and cannot learn
+  its dependence on the prefix: on log errors it predicts every paused run to end near
+  the finished runs, so mediocre runs look promising. On increments a run's final
+  prediction starts from its own last value.
+* **The reward is in error units** (the reduction of the incumbent's error), though the
+  model is fitted on log errors: the search is judged by error, and a relative reward
+  would overweight low errors, where the relative noise is largest.
+* **The final checkpoint is Rao-Blackwellised**: along each sample path GPAR's final
+  conditional is Gaussian, so the expected improvement given the path up to the
+  second-last checkpoint is computed in closed form (a log-normal put). This removes
+  the noisiest Monte Carlo step and conditions the last stopping decision on the whole
+  prefix. The final conditional's own observation noise is left out of it: a gain that
+  is only noise is not a better model, and chasing it spends epochs on finishing runs
+  that merely tie the incumbent.
+* **Earlier stopping decisions** use conditional expectations given the value at that
+  checkpoint, estimated by averaging over the paths in the same quantile bin (a Markov
+  approximation in the latest value; the paths share quasi-random normals across runs,
+  so runs are compared on common random numbers).
+* **Bounded work per decision.** New settings are scored on a random subset of at most
+  ``num_candidates`` (the remaining settings of a table, or a scrambled Sobol set in a
+  box): successive decisions draw fresh subsets, so a good setting is delayed rather
+  than lost, and the model's ranking error among the best few percent outweighs the
+  gain of scoring more. Paused runs are rescored lazily: each keeps the index it was
+  last given; the index only falls as the incumbent falls, so stored indices are upper
+  bounds as far as the incumbent goes; each decision rescores the runs never scored,
+  the ``num_resumable`` best stored and the ``num_refresh`` least recently scored
+  (so every stored value is refreshed in turn). The work per decision then does not
+  grow with the number of paused runs; only GPAR's training sets grow.
+* **Hyperparameters** are re-optimised when the observed values grew by
+  ``refit_growth`` since the last fit, starting from the last fit's values (warm
+  start), and reloaded otherwise, so the expensive step happens geometrically rarely.
 
 **Warm-up.** GPAR needs two runs at the final checkpoint. Until then the policy screens
 ``num_initial`` random settings at the first checkpoint and pushes the two best to the
 end, one checkpoint at a time.
 
 **Robustness.** A fraction ``model_free_fraction`` of the decisions, and every decision
-whose model fit fails or which no sample path would improve, follow asynchronous
-successive halving (promote a paused run in the top ``1/eta`` of its checkpoint, else
-start a random setting). So a misspecified or failed model slows the search by at most
-that fraction of decisions going elsewhere; it cannot stall it.
+for which the model cannot be fitted (and no earlier fit can be reloaded) or sampled, or
+for which no sample path improves, follow asynchronous successive halving (promote a
+paused run in the top ``1/eta`` of its checkpoint, else start a random setting), logged
+with the reason. A misspecified or failed model slows the search; it cannot stall it.
 """
 
 from __future__ import annotations
@@ -38,12 +80,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
-from botorch.acquisition.acquisition import AcquisitionFunction, MCSamplerMixin
+from botorch.acquisition.acquisition import AcquisitionFunction
 from botorch.fit import fit_gpytorch_mll
-from botorch.optim import optimize_acqf, optimize_acqf_discrete
-from botorch.sampling.normal import SobolQMCNormalSampler
+from botorch.utils.sampling import draw_sobol_normal_samples
 from botorch.utils.transforms import t_batch_mode_transform
 from torch import Tensor
+from torch.quasirandom import SobolEngine
 
 from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
 
@@ -52,77 +94,103 @@ __all__ = [
     "Decision",
     "FreezeThawIndex",
     "FreezeThawPolicy",
+    "expected_improvement_lognormal",
     "stopping_index",
 ]
 
 logger = logging.getLogger(__name__)
 
-#: The GPAR variant for learning curves (on log errors): D-GPAR-NL-X, the most
-#: accurate variant of the MLP validation-error study.
+#: The GPAR variant for learning curves: D-GPAR-NL-X, the most accurate variant of
+#: the MLP validation-error study (here on log-error increments, see above).
 CURVE_MODEL_OPTIONS: Mapping[str, Any] = {"kernel": "NL-X", "denoise": True}
 
 
+def expected_improvement_lognormal(mean: Tensor, std: Tensor, incumbent: float) -> Tensor:
+    r"""``E[(incumbent - exp(Z))^+]`` for ``Z ~ N(mean, std^2)`` (elementwise).
+
+    The expected reduction of an error ``incumbent`` by an error whose log is
+    Gaussian (the put option of Black and Scholes).
+    """
+    if not incumbent > 0:
+        raise ValueError(f"The incumbent must be a positive error; got {incumbent}.")
+    std = std.clamp_min(1e-12)
+    z = (math.log(incumbent) - mean) / std
+    normal = torch.distributions.Normal(torch.zeros_like(z), torch.ones_like(z))
+    value = incumbent * normal.cdf(z) - torch.exp(mean + std**2 / 2) * normal.cdf(z - std)
+    return value.clamp_min(0.0)
+
+
 def stopping_index(
+    reward: Tensor,
     paths: Tensor,
     observed: Tensor,
     epochs: Tensor,
-    incumbent: float,
     num_bins: int = 8,
-    iterations: int = 30,
+    iterations: int = 20,
 ) -> Tensor:
     r"""The Gittins index per epoch of runs, from sample paths of their checkpoint values.
 
     The index of a run is the charge per epoch ``nu`` at which training it is just
-    worth it: with ``nu`` charged per epoch and the improvement of its final value
-    over ``incumbent`` paid at the end, the best stopping plan (continue after a
-    checkpoint only while the expected rest is positive) breaks even. Plans are
-    found by backward induction over the paths, with the expectation at checkpoint
-    ``j`` given the value there estimated by averaging over the paths in the same
-    quantile bin of ``y_j`` (``num_bins`` bins); ``nu`` by bisection.
+    worth it: with ``nu`` charged per epoch and ``reward`` paid if it reaches the
+    final checkpoint, the best stopping plan (continue after a checkpoint only while
+    the expected rest is positive) breaks even. Plans are found by backward
+    induction over the paths. After the second-last checkpoint the expected payoff
+    of a path is ``reward`` itself; after earlier checkpoints ``j`` the expectation
+    given the value there is estimated by averaging over the paths in the same
+    quantile bin of ``paths[..., j]``. ``nu`` is found by bisection.
 
     Args:
-        paths: ``S x N x M`` sampled values (lower is better) of N runs at the M
-            checkpoints; entries at checkpoints a run has observed are ignored.
-            ``S`` must be a multiple of ``num_bins``.
+        reward: ``S x N`` expected payoff of each path if its run is trained to the
+            end, given the path up to the second-last checkpoint (e.g. the expected
+            improvement; >= 0).
+        paths: ``S x N x M`` sampled values of the runs at the M checkpoints (the
+            information at each checkpoint); entries at checkpoints a run has
+            observed are ignored. ``S`` must be a multiple of ``num_bins``.
         observed: ``N`` numbers of checkpoints each run has observed (0 for a new
             setting, < M). Training to the next checkpoint is committed.
         epochs: ``M`` increasing epochs of the checkpoints.
-        incumbent: The best final value so far.
         num_bins: Quantile bins for the conditional expectations.
-        iterations: Bisection steps.
+        iterations: Bisection steps (relative precision ``2**-iterations``).
 
     Returns:
-        ``N`` indices (improvement per epoch; 0 where no path improves).
+        ``N`` indices (payoff per epoch; 0 where no path pays).
     """
     S, N, M = paths.shape
+    if reward.shape != (S, N) or observed.shape != (N,) or epochs.shape != (M,):
+        raise ValueError(
+            f"Expected reward S x N, observed N and epochs M for paths {tuple(paths.shape)}; "
+            f"got {tuple(reward.shape)}, {tuple(observed.shape)} and {tuple(epochs.shape)}."
+        )
     if S % num_bins:
         raise ValueError(f"The number of paths ({S}) must be a multiple of num_bins ({num_bins}).")
-    paths = paths.detach()
-    improvement = (incumbent - paths[..., -1]).clamp_min(0.0)  # S x N
-    # order[:, :, j]: the paths sorted by their value at checkpoint j.
-    order = paths.argsort(dim=0)
-    steps = torch.diff(epochs, prepend=epochs.new_zeros(1))  # epochs from checkpoint j-1 to j
+    if ((observed < 0) | (observed >= M)).any():
+        raise ValueError(f"observed must be in [0, {M - 1}]; got {observed.tolist()}.")
+    reward, paths = reward.detach().clamp_min(0.0), paths.detach()
+    steps = torch.diff(epochs.to(paths), prepend=epochs.new_zeros(1).to(paths))
     first_step = steps[observed]  # N: the committed step
+    # Bins only where some run decides after checkpoint j < M - 2.
+    binned_levels = [j for j in range(M - 2) if bool((observed <= j).any())]
+    orders = {j: paths[..., j].argsort(dim=0) for j in binned_levels}
 
     def binned_mean(values: Tensor, j: int) -> Tensor:
         """E[values | bin of y_j], per path (S x N)."""
-        index = order[..., j]
-        sorted_values = values.gather(0, index)
-        means = sorted_values.view(num_bins, S // num_bins, N).mean(1, keepdim=True)
+        index = orders[j]
+        means = values.gather(0, index).view(num_bins, S // num_bins, N).mean(1, keepdim=True)
         return torch.empty_like(values).scatter_(0, index, means.expand(-1, S // num_bins, -1).reshape(S, N))
 
     def value(nu: Tensor) -> Tensor:
         """Expected net value (N) of training each run on, with charge ``nu`` (N) per epoch."""
-        V = improvement  # after the final checkpoint
+        V = reward  # after the second-last checkpoint, before paying its last step
         for j in range(M - 2, -1, -1):
             # After checkpoint j: stop, or train to j + 1 and go on optimally.
-            go_on = binned_mean(V, j) - nu * steps[j + 1]
+            expected = binned_mean(V, j) if j in orders else V
+            go_on = expected - nu * steps[j + 1]
             V = torch.where((observed <= j).unsqueeze(0), go_on.clamp_min(0.0), V)
         # V is now the value after the committed next checkpoint, per path.
         return V.mean(0) - nu * first_step
 
     low = torch.zeros(N, dtype=paths.dtype, device=paths.device)
-    high = improvement.amax(0) / first_step  # value(high) <= 0
+    high = reward.amax(0) / first_step  # value(high) <= 0
     for _ in range(iterations):
         middle = (low + high) / 2
         positive = value(middle) > 0
@@ -131,18 +199,26 @@ def stopping_index(
     return low
 
 
-class FreezeThawIndex(AcquisitionFunction, MCSamplerMixin):
-    r"""The stopping index of new settings (nothing observed) as a BoTorch acquisition.
+def to_increments(log_errors: Tensor) -> Tensor:
+    """Log errors (``... x M``, NaN after a prefix) to the model's outputs: the first
+    value, then the changes between consecutive checkpoints."""
+    return torch.cat([log_errors[..., :1], log_errors.diff(dim=-1)], -1)
 
-    The model's outputs are the checkpoints' values, lower is better (e.g. log
-    validation errors). Samples include observation noise, since the incumbent is
-    an observed value.
+
+class FreezeThawIndex(AcquisitionFunction):
+    r"""The stopping index of runs under a GPAR model of log-error increments.
+
+    ``index`` scores runs with an observed prefix (training inputs of the model) or
+    none; as an acquisition function (``forward``) it scores new settings.
 
     Args:
-        model: A fitted ``GPARModel`` over the checkpoints.
+        model: A fitted ``GPARModel`` whose outputs are ``to_increments`` of log
+            errors at the checkpoints.
         epochs: ``M`` increasing epochs of the checkpoints.
-        incumbent: The best observed final value.
-        sampler: The MC sampler (default: 128 Sobol QMC samples).
+        incumbent: The best final error so far (error units, > 0).
+        num_samples: Sample paths per run (a multiple of ``num_bins``).
+        num_bins: Quantile bins of ``stopping_index``.
+        seed: Seed of the quasi-random normals (shared by all runs).
     """
 
     def __init__(
@@ -150,24 +226,55 @@ class FreezeThawIndex(AcquisitionFunction, MCSamplerMixin):
         model: GPARModel,
         epochs: Tensor,
         incumbent: float,
-        sampler: SobolQMCNormalSampler | None = None,
+        num_samples: int = 128,
+        num_bins: int = 8,
+        seed: int = 0,
     ) -> None:
-        AcquisitionFunction.__init__(self, model=model)
-        MCSamplerMixin.__init__(self, sampler=sampler or SobolQMCNormalSampler(torch.Size([128])))
+        super().__init__(model=model)
         self.register_buffer("epochs", epochs)
         self.incumbent = float(incumbent)
+        self.num_samples = num_samples
+        self.num_bins = num_bins
+        self.seed = seed
 
     def index(self, X: Tensor, observed: Tensor) -> Tensor:
-        """``b`` indices of the runs at ``X`` (``b x 1 x d``) with ``observed`` checkpoints."""
-        posterior = self.model.posterior(X, observation_noise=True)
-        paths = self.get_posterior_samples(posterior).squeeze(-2)  # S x b x M
-        return stopping_index(paths, observed, self.epochs.to(paths), self.incumbent)
+        """``b`` indices of the runs at ``X`` (``b x d``) with ``observed`` checkpoints."""
+        if len(X) == 0:
+            return X.new_zeros(0)
+        model, M = self.model, len(self.epochs)
+        posterior = model.posterior(X.unsqueeze(-2), observation_noise=True)
+        normals = draw_sobol_normal_samples(d=M, n=self.num_samples, dtype=X.dtype, seed=self.seed)
+        base = normals.view(self.num_samples, 1, 1, M).expand(-1, len(X), 1, M)
+        samples, means, variances = posterior.rsample_with_conditionals(
+            torch.Size([self.num_samples]), base
+        )
+        samples, means, variances = (t.squeeze(-2) for t in (samples, means, variances))  # S x b x M
+        # Observed increments replace the samples, then the path of log errors.
+        matches = (X.unsqueeze(-2) == model.train_X).all(-1)  # b x n
+        lengths = torch.where(matches, model.observed.sum(-1).to(X), -1.0)
+        rows = lengths.argmax(-1)  # the matching row with the longest prefix
+        known = torch.arange(M, device=X.device) < observed.unsqueeze(-1)  # b x M
+        has = model.observed[rows] & matches.any(-1, keepdim=True)
+        if bool((known & ~has).any()):
+            raise ValueError("A run's observed checkpoints are not in the model's data.")
+        observed_values = model.modelled_Y[rows]
+        increments = torch.where(known, observed_values.nan_to_num(), samples)
+        log_errors = increments.cumsum(-1)
+        # The final checkpoint given the path: Gaussian, without its own noise.
+        noise = posterior.predictors[M - 1].noise
+        final_std = (variances[..., -1] - noise).clamp_min(0.0).sqrt()
+        final_mean = (log_errors[..., -2] if M > 1 else 0.0) + means[..., -1]
+        reward = expected_improvement_lognormal(final_mean, final_std, self.incumbent)
+        return stopping_index(
+            reward, log_errors, observed, self.epochs.to(X), num_bins=self.num_bins
+        )
 
     @t_batch_mode_transform(expected_q=1)
     def forward(self, X: Tensor) -> Tensor:
         """``b`` indices of new settings ``X`` (``b x 1 x d``)."""
-        observed = torch.zeros(X.shape[0], dtype=torch.long, device=X.device)
-        return self.index(X, observed)
+        with torch.no_grad():
+            X = X.squeeze(-2)
+            return self.index(X, torch.zeros(len(X), dtype=torch.long, device=X.device))
 
 
 @dataclass(frozen=True)
@@ -177,7 +284,7 @@ class Decision:
     Attributes:
         action: "resume" a paused run or "start" a new setting.
         index: The paused run's row in ``X`` (resume) or the candidate's row
-            (start; -1 when ``candidate`` holds an optimised setting).
+            (start; -1 when ``candidate`` is a point of the box ``bounds``).
         reason: "gpar", "warm-up" or "model-free" (with why, when a fallback).
         score: The winning stopping index (None unless decided by GPAR).
         candidate: The new setting (``d``), for "start".
@@ -197,7 +304,11 @@ class FreezeThawPolicy:
         epochs: Increasing epochs of the checkpoints at which runs report and pause.
         num_initial: Random settings screened at the first checkpoint before any
             run is pushed to the end.
-        num_samples: GPAR sample paths per decision.
+        num_samples: GPAR sample paths per run and decision.
+        num_candidates: New settings scored per decision (a random subset of the
+            given candidates, or a Sobol set in the box ``bounds``).
+        num_resumable: Paused runs with the best stored indices rescored per decision.
+        num_refresh: Least recently scored paused runs rescored per decision.
         model_free_fraction: Share of decisions made by successive halving, as a
             guard against a misspecified model.
         eta: Successive halving's reduction factor.
@@ -215,6 +326,9 @@ class FreezeThawPolicy:
         *,
         num_initial: int = 4,
         num_samples: int = 128,
+        num_candidates: int = 256,
+        num_resumable: int = 16,
+        num_refresh: int = 4,
         model_free_fraction: float = 0.1,
         eta: float = 3.0,
         refit_growth: float = 0.2,
@@ -225,13 +339,29 @@ class FreezeThawPolicy:
         epochs = list(epochs)
         if not epochs or any(b <= a for a, b in zip(epochs, epochs[1:])) or epochs[0] < 1:
             raise ValueError(f"epochs must increase from >= 1; got {epochs}.")
+        if len(epochs) < 2:
+            raise ValueError("Freeze-thaw needs at least two checkpoints.")
         if num_initial < 2:
             raise ValueError(f"num_initial must be >= 2 (two runs are pushed); got {num_initial}.")
+        if num_samples < 8 or num_samples % 8:
+            raise ValueError(f"num_samples must be a positive multiple of 8; got {num_samples}.")
+        if min(num_candidates, num_resumable) < 1 or num_refresh < 0:
+            raise ValueError(
+                "num_candidates and num_resumable must be >= 1 and num_refresh >= 0; got "
+                f"{num_candidates}, {num_resumable} and {num_refresh}."
+            )
         if not 0 <= model_free_fraction <= 1:
             raise ValueError(f"model_free_fraction must be in [0, 1]; got {model_free_fraction}.")
+        if eta <= 1:
+            raise ValueError(f"eta must be > 1; got {eta}.")
+        if refit_growth < 0:
+            raise ValueError(f"refit_growth must be >= 0; got {refit_growth}.")
         self.epochs = torch.tensor(epochs, dtype=torch.double)
         self.num_initial = num_initial
         self.num_samples = num_samples
+        self.num_candidates = num_candidates
+        self.num_resumable = num_resumable
+        self.num_refresh = num_refresh
         self.model_free_fraction = model_free_fraction
         self.eta = eta
         self.refit_growth = refit_growth
@@ -241,6 +371,8 @@ class FreezeThawPolicy:
         self.generator = torch.Generator().manual_seed(seed)
         self.decisions = 0
         self._fitted: tuple[int, dict[str, Tensor]] | None = None  # (values, hyperparameters)
+        # Paused runs' stored indices: (setting, checkpoints observed) -> (index, decision).
+        self._stored: dict[tuple, tuple[float, int]] = {}
 
     # ------------------------------------------------------------------ decide
     def decide(
@@ -257,11 +389,11 @@ class FreezeThawPolicy:
             X: ``n x d`` settings of every run started so far (running, paused,
                 finished).
             Y: ``n x M`` their values at the checkpoints (lower is better, e.g.
-                validation errors), NaN after each run's observed prefix (a row
-                of NaN for a run that has not reported yet).
+                validation errors; positive), NaN after each run's observed prefix
+                (a row of NaN for a run that has not reported yet).
             paused: ``n`` bool, the runs that may be resumed.
             candidates: ``c x d`` new settings to choose from (e.g. a table's
-                remaining settings), or None to optimise over ``bounds``.
+                remaining settings), or None to search the box ``bounds``.
             bounds: ``2 x d`` bounds of the search space (when ``candidates`` is None).
 
         Returns:
@@ -277,30 +409,44 @@ class FreezeThawPolicy:
         if float(torch.rand(1, generator=self.generator)) < self.model_free_fraction:
             return self._successive_halving(Y, paused, observed, candidates, bounds, "model-free")
         try:
-            reported = observed > 0
-            model = self._model(X[reported], Y[reported].log())
-        except Exception as error:  # a failed fit must not stall the search
-            logger.warning("GPAR fit failed (%s); deciding by successive halving.", error)
+            return self._gpar_decision(X, Y, paused, observed, candidates, bounds)
+        except Exception as error:  # a failed fit or sampling must not stall the search
+            logger.warning("GPAR decision failed (%s); deciding by successive halving.", error)
             return self._successive_halving(
-                Y, paused, observed, candidates, bounds, f"model-free: fit failed ({error})"
+                Y, paused, observed, candidates, bounds, f"model-free: GPAR failed ({error})"
             )
-        incumbent = float(Y[finished, -1].min().log())
-        sampler = SobolQMCNormalSampler(torch.Size([self.num_samples]), seed=self.seed + self.decisions)
-        acqf = FreezeThawIndex(model, self.epochs.to(X), incumbent, sampler)
+
+    def _gpar_decision(
+        self, X: Tensor, Y: Tensor, paused: Tensor, observed: Tensor,
+        candidates: Tensor | None, bounds: Tensor | None,
+    ) -> Decision:
+        reported = observed > 0
+        model, note = self._model(X[reported], to_increments(Y[reported].log()))
+        M = len(self.epochs)
+        incumbent = float(Y[observed == M, -1].min())
+        acqf = FreezeThawIndex(
+            model, self.epochs.to(X), incumbent, self.num_samples, seed=self.seed + self.decisions
+        )
         with torch.no_grad():
-            resumable = paused.nonzero().squeeze(-1)
-            resume_scores = acqf.index(X[resumable].unsqueeze(-2), observed[resumable])
-        new, new_score = self._best_new(acqf, candidates, bounds)
-        best_resume = float(resume_scores.max()) if len(resumable) else -math.inf
-        if max(best_resume, new_score) <= 0:
+            rows = self._resumable(X, observed, paused)
+            resume_scores = acqf.index(X[rows], observed[rows])
+            for row, score in zip(rows.tolist(), resume_scores.tolist()):
+                self._stored[self._key(X[row], observed[row])] = (score, self.decisions)
+            new_rows, new_X = self._new_settings(candidates, bounds)
+            new_scores = acqf.index(new_X, torch.zeros(len(new_X), dtype=torch.long))
+        best_resume = float(resume_scores.max()) if len(rows) else -math.inf
+        best_new = float(new_scores.max()) if len(new_X) else -math.inf
+        if max(best_resume, best_new) <= 0:
             return self._successive_halving(
                 Y, paused, observed, candidates, bounds, "model-free: no path improves"
             )
-        if best_resume >= new_score:
-            row = int(resumable[resume_scores.argmax()])
-            return Decision("resume", row, "gpar", best_resume)
-        index, setting = new
-        return Decision("start", index, "gpar", new_score, setting)
+        reason = "gpar" + note
+        if best_resume >= best_new:
+            row = int(rows[resume_scores.argmax()])
+            self._stored.pop(self._key(X[row], observed[row]), None)
+            return Decision("resume", row, reason, best_resume)
+        best = int(new_scores.argmax())
+        return Decision("start", int(new_rows[best]), reason, best_new, new_X[best])
 
     # ----------------------------------------------------------------- helpers
     def _check(
@@ -312,6 +458,8 @@ class FreezeThawPolicy:
                 f"Expected X n x d, Y n x {M} and paused n; got {tuple(X.shape)}, "
                 f"{tuple(Y.shape)} and {tuple(paused.shape)}."
             )
+        if paused.dtype != torch.bool:
+            raise ValueError(f"paused must be a bool tensor; got {paused.dtype}.")
         observed = ~Y.isnan()
         if (observed[:, 1:] & ~observed[:, :-1]).any():
             raise ValueError("Each run's values must be a prefix of its checkpoints (NaN after it).")
@@ -325,6 +473,39 @@ class FreezeThawPolicy:
             raise ValueError("Give candidates (new settings) or bounds of the search space.")
         if candidates is not None and (candidates.dim() != 2 or candidates.shape[-1] != X.shape[-1]):
             raise ValueError(f"candidates must be c x {X.shape[-1]}; got {tuple(candidates.shape)}.")
+        if candidates is None and (
+            bounds.shape != (2, X.shape[-1]) or not bool((bounds[0] <= bounds[1]).all())
+        ):
+            raise ValueError(f"bounds must be 2 x {X.shape[-1]} with lower <= upper.")
+
+    @staticmethod
+    def _key(x: Tensor, observed: Tensor) -> tuple:
+        return (*x.tolist(), int(observed))
+
+    def _resumable(self, X: Tensor, observed: Tensor, paused: Tensor) -> Tensor:
+        """The paused runs to score: never scored at their checkpoint, the best
+        ``num_resumable`` stored and the ``num_refresh`` least recently scored."""
+        rows = paused.nonzero().squeeze(-1).tolist()
+        stored = {r: self._stored.get(self._key(X[r], observed[r])) for r in rows}
+        fresh = [r for r in rows if stored[r] is None]
+        old = [r for r in rows if stored[r] is not None]
+        best = sorted(old, key=lambda r: -stored[r][0])[: self.num_resumable]
+        rest = [r for r in old if r not in set(best)]
+        stale = sorted(rest, key=lambda r: stored[r][1])[: self.num_refresh]
+        return torch.tensor(sorted(fresh + best + stale), dtype=torch.long)
+
+    def _new_settings(
+        self, candidates: Tensor | None, bounds: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
+        """Rows (-1 in a box) and settings of the new settings scored this decision."""
+        if candidates is not None:
+            rows = torch.arange(len(candidates))
+            if len(candidates) > self.num_candidates:
+                rows = torch.randperm(len(candidates), generator=self.generator)[: self.num_candidates]
+            return rows, candidates[rows]
+        seed = int(torch.randint(2**31 - 1, (1,), generator=self.generator))
+        unit = SobolEngine(bounds.shape[-1], scramble=True, seed=seed).draw(self.num_candidates).to(bounds)
+        return torch.full((self.num_candidates,), -1), bounds[0] + unit * (bounds[1] - bounds[0])
 
     def _random_new(self, candidates: Tensor | None, bounds: Tensor | None, reason: str) -> Decision:
         if candidates is not None:
@@ -382,32 +563,30 @@ class FreezeThawPolicy:
             return Decision("resume", row, reason)
         return self._random_new(candidates, bounds, reason)
 
-    def _model(self, X: Tensor, logY: Tensor) -> GPARModel:
-        """GPAR on the log values; hyperparameters refitted when the data grew enough."""
-        model = GPARModel(X, logY, output_names=self.epochs.long().tolist(), **self.gpar_options)
-        values = int((~logY.isnan()).sum())
+    def _model(self, X: Tensor, Z: Tensor) -> tuple[GPARModel, str]:
+        """GPAR on the increments ``Z``; hyperparameters refitted (warm-started) when
+        the data grew enough, else reloaded. A failed refit reloads the last fit."""
+        model = GPARModel(X, Z, output_names=self.epochs.long().tolist(), **self.gpar_options)
+        values = int((~Z.isnan()).sum())
+        note = ""
         if self._fitted is None or values > (1 + self.refit_growth) * self._fitted[0]:
-            with torch.random.fork_rng():  # fit retries draw from the global RNG
-                torch.manual_seed(self.seed)
-                fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model), **self.fit_kwargs)
-            self._fitted = (values, model.hyperparameters())
+            if self._fitted is not None:
+                model.load_state_dict(self._fitted[1], strict=False)  # warm start
+            try:
+                with torch.random.fork_rng():  # fit retries draw from the global RNG
+                    torch.manual_seed(self.seed)
+                    fit_gpytorch_mll(
+                        GPARMarginalLogLikelihood(model.likelihood, model), **self.fit_kwargs
+                    )
+            except Exception as error:
+                if self._fitted is None:
+                    raise
+                logger.warning("GPAR refit failed (%s); reusing the last fit.", error)
+                note = f" (refit failed: {error}; last fit reused)"
+                model = GPARModel(X, Z, output_names=self.epochs.long().tolist(), **self.gpar_options)
+                model.load_state_dict(self._fitted[1], strict=False)
+            else:
+                self._fitted = (values, model.hyperparameters())
         else:
             model.load_state_dict(self._fitted[1], strict=False)
-        return model.eval()
-
-    def _best_new(
-        self, acqf: FreezeThawIndex, candidates: Tensor | None, bounds: Tensor | None
-    ) -> tuple[tuple[int, Tensor], float]:
-        """The new setting with the highest index, and its index."""
-        if candidates is not None:
-            if len(candidates) == 0:
-                return (-1, torch.empty(0)), -math.inf
-            with torch.no_grad():
-                best, value = optimize_acqf_discrete(acqf, q=1, choices=candidates, max_batch_size=256)
-            row = int((candidates == best).all(-1).nonzero()[0])
-            return (row, candidates[row]), float(value)
-        setting, value = optimize_acqf(
-            acqf, bounds=bounds, q=1, num_restarts=4, raw_samples=256,
-            options={"seed": self.seed + self.decisions},
-        )
-        return (-1, setting.squeeze(0).detach()), float(value)
+        return model.eval(), note

@@ -4,7 +4,8 @@ Nothing of the policy is re-implemented here: ``gpar_bo.freeze_thaw.FreezeThawPo
 (with its defaults) makes every decision; this adapter only translates the harness's
 history into the policy's tensors. Every run pauses at every checkpoint
 (``should_stop``); a free worker asks the policy, which resumes a paused run or
-starts a new setting among ``MAX_CANDIDATES`` remaining ones drawn at random.
+starts a new setting among the remaining ones (the policy scores a random subset
+of them per decision, ``num_candidates``).
 """
 
 from __future__ import annotations
@@ -16,19 +17,18 @@ from gpar_bo.freeze_thaw import FreezeThawPolicy
 
 __all__ = ["GPARFreezeThaw"]
 
-#: New settings are chosen among this many remaining ones, drawn at random per
-#: decision (as the other model-based methods' acquisitions are).
-MAX_CANDIDATES = 1000
-
-
 class GPARFreezeThaw(Method):
     """Freeze-thaw with ``FreezeThawPolicy``: pause every run, resume or start by its index."""
 
     name = "gpar_freeze_thaw"
 
+    def __init__(self, **policy_options) -> None:
+        """``policy_options``: ``FreezeThawPolicy`` arguments (default: its defaults)."""
+        self.policy_options = policy_options
+
     def reset(self, problem: TabularProblem, seed: int) -> None:
         super().reset(problem, seed)
-        self.policy = FreezeThawPolicy(problem.checkpoints, seed=seed)
+        self.policy = FreezeThawPolicy(problem.checkpoints, seed=seed, **self.policy_options)
         self._next: int | None = None
         self.reasons: list[str] = []
 
@@ -43,8 +43,6 @@ class GPARFreezeThaw(Method):
             Y[row, : len(t.errors)] = torch.tensor(t.errors, dtype=X.dtype)
         paused = torch.tensor([t.status is Status.STOPPED for t in trials], dtype=torch.bool)
         remaining = history.remaining()
-        if len(remaining) > MAX_CANDIDATES:
-            remaining = remaining[torch.randperm(len(remaining), generator=self.generator)[:MAX_CANDIDATES]]
         decision = self.policy.decide(X, Y, paused, candidates=self.problem.X[remaining])
         self.reasons.append(decision.reason)
         if decision.action == "resume":
