@@ -217,3 +217,12 @@ def test_adapter_is_reproducible_given_a_seed(traces) -> None:
     _, (first, again, other) = traces
     assert first.trials == again.trials and first.incumbent_error == again.incumbent_error
     assert first.trials != other.trials
+
+
+def test_the_benchmark_driver_registers_the_policy_with_its_defaults() -> None:
+    from benchmarks import bo_mnist
+
+    method = bo_mnist.freeze_thaw_methods()["gpar_freeze_thaw"]()
+    method.reset(synthetic_problem(n=10, seed=0), seed=0)
+    assert method.name == "gpar_freeze_thaw" and method.policy_options == {}
+    assert isinstance(method.policy, FreezeThawPolicy)
