@@ -50,7 +50,9 @@ Design choices and why:
   ``num_candidates`` (the remaining settings of a table, or a scrambled Sobol set in a
   box): successive decisions draw fresh subsets, so a good setting is delayed rather
   than lost, and the model's ranking error among the best few percent outweighs the
-  gain of scoring more. Paused runs are rescored lazily: each keeps the index it was
+  gain of scoring more. They are screened with a quarter of the paths, and only the
+  few best are scored with all of them: a coarse index only needs to find the top,
+  while the index compared with the paused runs' should be as precise as theirs. Paused runs are rescored lazily: each keeps the index it was
   last given; the index only falls as the incumbent falls, so stored indices are upper
   bounds as far as the incumbent goes; each decision rescores the runs never scored,
   the ``num_resumable`` best stored and the ``num_refresh`` least recently scored
@@ -103,6 +105,12 @@ logger = logging.getLogger(__name__)
 #: The GPAR variant for learning curves: D-GPAR-NL-X, the most accurate variant of
 #: the MLP validation-error study (here on log-error increments, see above).
 CURVE_MODEL_OPTIONS: Mapping[str, Any] = {"kernel": "NL-X", "denoise": True}
+
+#: New settings are screened with ``num_samples // SCREEN_RATIO`` paths (and as many
+#: times fewer bins); the ``NUM_FINALISTS`` best are scored with all paths, so the
+#: index that is compared with the paused runs' has their precision.
+SCREEN_RATIO = 4
+NUM_FINALISTS = 8
 
 
 def expected_improvement_lognormal(mean: Tensor, std: Tensor, incumbent: float) -> Tensor:
@@ -343,8 +351,10 @@ class FreezeThawPolicy:
             raise ValueError("Freeze-thaw needs at least two checkpoints.")
         if num_initial < 2:
             raise ValueError(f"num_initial must be >= 2 (two runs are pushed); got {num_initial}.")
-        if num_samples < 8 or num_samples % 8:
-            raise ValueError(f"num_samples must be a positive multiple of 8; got {num_samples}.")
+        if num_samples < 8 * SCREEN_RATIO or num_samples % (8 * SCREEN_RATIO):
+            raise ValueError(
+                f"num_samples must be a positive multiple of {8 * SCREEN_RATIO}; got {num_samples}."
+            )
         if min(num_candidates, num_resumable) < 1 or num_refresh < 0:
             raise ValueError(
                 "num_candidates and num_resumable must be >= 1 and num_refresh >= 0; got "
@@ -433,6 +443,14 @@ class FreezeThawPolicy:
             for row, score in zip(rows.tolist(), resume_scores.tolist()):
                 self._stored[self._key(X[row], observed[row])] = (score, self.decisions)
             new_rows, new_X = self._new_settings(candidates, bounds)
+            if len(new_X) > NUM_FINALISTS:  # screen with fewer paths, then score the best
+                screen = FreezeThawIndex(
+                    model, acqf.epochs, incumbent, self.num_samples // SCREEN_RATIO,
+                    num_bins=8 // SCREEN_RATIO, seed=acqf.seed,
+                )
+                coarse = screen.index(new_X, torch.zeros(len(new_X), dtype=torch.long))
+                finalists = coarse.topk(NUM_FINALISTS).indices
+                new_rows, new_X = new_rows[finalists], new_X[finalists]
             new_scores = acqf.index(new_X, torch.zeros(len(new_X), dtype=torch.long))
         best_resume = float(resume_scores.max()) if len(rows) else -math.inf
         best_new = float(new_scores.max()) if len(new_X) else -math.inf

@@ -20,7 +20,7 @@ from gpar_bo.freeze_thaw import (
 
 EPOCHS = [1, 2, 4]
 #: Small and deterministic: no model-free decisions, few paths and candidates.
-FAST = {"num_samples": 32, "num_candidates": 16, "model_free_fraction": 0.0}
+FAST = {"num_samples": 64, "num_candidates": 16, "model_free_fraction": 0.0}
 
 
 def curves(x: torch.Tensor) -> torch.Tensor:
@@ -183,7 +183,7 @@ def test_bad_input_raises_one_line_value_errors() -> None:
         lambda: FreezeThawPolicy([3, 2]),
         lambda: FreezeThawPolicy([1]),
         lambda: FreezeThawPolicy(EPOCHS, num_initial=1),
-        lambda: FreezeThawPolicy(EPOCHS, num_samples=12),
+        lambda: FreezeThawPolicy(EPOCHS, num_samples=48),
         lambda: FreezeThawPolicy(EPOCHS, model_free_fraction=1.5),
         lambda: stopping_index(torch.ones(6, 2), torch.ones(6, 2, 3), torch.zeros(2, dtype=torch.long), torch.tensor([1.0, 2, 3])),
         lambda: expected_improvement_lognormal(torch.zeros(1), torch.ones(1), 0.0),
@@ -199,15 +199,16 @@ def test_bad_input_raises_one_line_value_errors() -> None:
 def traces() -> list:
     torch.set_num_threads(1)
     problem = synthetic_problem(n=60, seed=3, checkpoints=(1, 3, 7, 21))
+    options = {"num_samples": 64, "num_candidates": 16, "refit_growth": 1.0}
     return problem, [
-        simulate(GPARFreezeThaw(num_samples=32, num_candidates=16), problem, seed, budget=130, workers=2)
+        simulate(GPARFreezeThaw(**options), problem, seed, budget=110, workers=2)
         for seed in (0, 0, 1)
     ]
 
 
 def test_adapter_resumes_paused_runs_within_the_budget(traces) -> None:
     problem, (trace, _, _) = traces
-    assert sum(t["epochs"] for t in trace.trials) == 130  # the budget, not more
+    assert sum(t["epochs"] for t in trace.trials) == 110  # the budget, not more
     completed = [t for t in trace.trials if t["status"] == "completed"]
     assert len(completed) >= 3  # every run pauses at each checkpoint, so these were resumed
     assert len(trace.incumbent_error) == len(completed)
