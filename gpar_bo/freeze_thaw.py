@@ -293,7 +293,9 @@ class Decision:
         action: "resume" a paused run or "start" a new setting.
         index: The paused run's row in ``X`` (resume) or the candidate's row
             (start; -1 when ``candidate`` is a point of the box ``bounds``).
-        reason: "gpar", "warm-up" or "model-free" (with why, when a fallback).
+        reason: "gpar" (with a note when a refit failed and the last fit was
+            reused), "warm-up", "model-free" (the guard's share of decisions) or
+            "model-free: why" (a fallback).
         score: The winning stopping index (None unless decided by GPAR).
         candidate: The new setting (``d``), for "start".
     """

@@ -149,6 +149,19 @@ def test_policy_reuses_the_last_fit_when_a_refit_fails(monkeypatch: pytest.Monke
     assert decision.reason.startswith("gpar (refit failed: no convergence")
 
 
+def test_work_per_decision_does_not_grow_with_the_paused_runs() -> None:
+    policy = FreezeThawPolicy(EPOCHS, num_resumable=3, num_refresh=2, **{**FAST, "num_candidates": 4})
+    n = 50
+    X = torch.rand(n, 1, dtype=torch.double)
+    observed = torch.ones(n, dtype=torch.long)
+    paused = torch.ones(n, dtype=torch.bool)
+    for row in range(n - 1):  # every run but the last was scored; row 0 longest ago
+        policy._stored[policy._key(X[row], observed[row])] = (float(row % 10), row)
+    rows = policy._resumable(X, observed, paused).tolist()
+    assert len(rows) == 1 + 3 + 2  # never scored, best stored, least recently scored
+    assert n - 1 in rows and {9, 19, 29} <= set(rows) and {0, 1} <= set(rows)
+
+
 def test_warm_up_screens_then_pushes_the_two_best() -> None:
     policy = FreezeThawPolicy(EPOCHS, num_initial=3, **FAST)
     candidates = torch.rand(10, 1, dtype=torch.double)
