@@ -240,3 +240,14 @@ def test_the_benchmark_driver_registers_the_policy_with_its_defaults() -> None:
     method.reset(synthetic_problem(n=10, seed=0), seed=0)
     assert method.name == "gpar_freeze_thaw" and method.policy_options == {}
     assert isinstance(method.policy, FreezeThawPolicy)
+
+
+def test_posterior_samples_with_conditional_moments(curve_model) -> None:
+    X = torch.rand(3, 1, 2, dtype=torch.double)
+    posterior = curve_model.posterior(X, observation_noise=True)
+    base = torch.randn(8, 3, 1, 5, dtype=torch.double)
+    samples, means, variances = posterior.rsample_with_conditionals(torch.Size([8]), base)
+    assert torch.allclose(samples, posterior.rsample_from_base_samples(torch.Size([8]), base))
+    assert means.shape == variances.shape == samples.shape and (variances > 0).all()
+    # Output 1 does not depend on the path: its moments are the same for every sample.
+    assert torch.allclose(means[..., 0], means[:1, ..., 0].expand(8, -1, -1))
