@@ -13,7 +13,9 @@ Wilcoxon tests of ``gpar_es`` against each method, the issue's targets) and
 
 Methods: the model-free baselines in ``benchmarks/bo/baselines.py`` plus the
 model-based ones in ``benchmarks/bo/model_methods.py`` (``MODEL_METHODS``) when
-that module imports. ``--quick`` is the CI smoke test (synthetic problem, 2
+that module imports, and ``gpar_freeze_thaw``: the package's
+``gpar_bo.freeze_thaw.FreezeThawPolicy`` with its defaults, through the harness
+adapter in ``benchmarks/bo/freeze_thaw.py``. ``--quick`` is the CI smoke test (synthetic problem, 2
 seeds, small budget, results in ``benchmarks/results/quick/``).
 
     python -m benchmarks.bo_mnist                       # 20 seeds, all methods, MNIST table
@@ -63,10 +65,17 @@ def model_methods() -> dict[str, Callable[[], Method]]:
     return dict(MODEL_METHODS)
 
 
+def freeze_thaw_methods() -> dict[str, Callable[[], Method]]:
+    """The package's GPAR freeze-thaw policy with its defaults."""
+    from benchmarks.bo.freeze_thaw import GPARFreezeThaw
+
+    return {"gpar_freeze_thaw": GPARFreezeThaw}
+
+
 @functools.lru_cache(maxsize=1)  # import and report once per process
 def available_methods() -> dict[str, Callable[[], Method]]:
     """All runnable methods by name (Optuna's only if Optuna is installed)."""
-    methods: dict[str, Callable[[], Method]] = dict(BASELINES)
+    methods: dict[str, Callable[[], Method]] = {**BASELINES, **freeze_thaw_methods()}
     if not optuna_available():
         print(
             "optuna is not installed (pip install gpar-bo[bench]): skipping optuna_tpe_hyperband."

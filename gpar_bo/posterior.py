@@ -139,6 +139,29 @@ class GPARPosterior(Posterior):
         reported, _, _ = self._propagate(sample_shape, base_samples)
         return reported[..., self.output_indices]
 
+    def rsample_with_conditionals(
+        self, sample_shape: torch.Size, base_samples: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        r"""Sample paths and, along each path, every output's conditional moments.
+
+        For Rao-Blackwellised estimates: given a path's earlier outputs, output m
+        is Gaussian with the returned mean and variance (which includes the
+        observation noise when the posterior reports noisy outputs).
+
+        Args:
+            sample_shape: The sample shape.
+            base_samples: ``sample_shape x batch_shape x q x M`` standard normals,
+                as for ``rsample_from_base_samples``.
+
+        Returns:
+            Samples, conditional means and conditional variances, each
+            ``sample_shape x batch_shape x q x M`` over all sampled outputs
+            (``output_indices`` and ``sample_transform`` are not applied).
+        """
+        if base_samples.shape[: len(sample_shape)] != sample_shape:
+            raise RuntimeError("`sample_shape` disagrees with `base_samples`.")
+        return self._propagate(sample_shape, base_samples)
+
     def _shared_points(self, base_samples: Tensor, sample_ndim: int) -> Tensor:
         """Which points every t-batch shares, with shared normals.
 

@@ -1,0 +1,58 @@
+"""The package's GPAR freeze-thaw policy as a method of the tabular harness.
+
+Nothing of the policy is re-implemented here: ``gpar_bo.freeze_thaw.FreezeThawPolicy``
+(with its defaults) makes every decision; this adapter only translates the harness's
+history into the policy's tensors. Every run pauses at every checkpoint
+(``should_stop``); a free worker asks the policy, which resumes a paused run or
+starts a new setting among the remaining ones (the policy scores a random subset
+of them per decision, ``num_candidates``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from benchmarks.bo.harness import History, Method, Status, TabularProblem, Trial
+from gpar_bo.freeze_thaw import FreezeThawPolicy
+
+__all__ = ["GPARFreezeThaw"]
+
+class GPARFreezeThaw(Method):
+    """Freeze-thaw with ``FreezeThawPolicy``: pause every run, resume or start by its index."""
+
+    name = "gpar_freeze_thaw"
+
+    def __init__(self, **policy_options) -> None:
+        """``policy_options``: ``FreezeThawPolicy`` arguments (default: its defaults)."""
+        self.policy_options = policy_options
+
+    def reset(self, problem: TabularProblem, seed: int) -> None:
+        super().reset(problem, seed)
+        self.policy = FreezeThawPolicy(problem.checkpoints, seed=seed, **self.policy_options)
+        self._next: int | None = None
+        self.reasons: list[str] = []
+
+    def should_stop(self, history: History, trial: Trial) -> bool:
+        return True  # pause at every checkpoint; the next decision may resume it at once
+
+    def resume(self, history: History) -> int | None:
+        trials = history.trials
+        X = self.problem.X[[t.setting for t in trials]]
+        Y = torch.full((len(trials), len(self.problem.checkpoints)), float("nan"), dtype=X.dtype)
+        for row, t in enumerate(trials):
+            Y[row, : len(t.errors)] = torch.tensor(t.errors, dtype=X.dtype)
+        paused = torch.tensor([t.status is Status.STOPPED for t in trials], dtype=torch.bool)
+        remaining = history.remaining()
+        decision = self.policy.decide(X, Y, paused, candidates=self.problem.X[remaining])
+        self.reasons.append(decision.reason)
+        if decision.action == "resume":
+            return trials[decision.index].trial_id
+        self._next = int(remaining[decision.index])
+        return None
+
+    def suggest(self, history: History) -> int:
+        setting, self._next = self._next, None
+        if setting is None:  # only if the harness asks without a decision
+            remaining = history.remaining()
+            setting = int(remaining[torch.randint(len(remaining), (1,), generator=self.generator)])
+        return setting

@@ -1,0 +1,612 @@
+r"""Freeze-thaw scheduling with GPAR: give the next epochs to the run expected to pay most.
+
+Runs are paused at every checkpoint. Whenever a worker is free, the policy compares,
+on one scale, resuming each paused run to its next checkpoint with starting a new
+setting at its first checkpoint, and takes the best action.
+
+**The scale: a Gittins index per epoch.** Only runs that reach the final checkpoint can
+improve the result, and continuing a run is not a commitment to train it to the end: it
+will be judged again at its next checkpoint. So a run's worth is its Gittins index: the
+charge per epoch at which training it on, and stopping it as soon as the rest is not
+worth the charge, just breaks even against the expected reduction of the incumbent's
+error by its final value. GPAR gives joint sample paths of a run's remaining checkpoints
+conditioned on its observed prefix (none for a new setting); :func:`stopping_index`
+finds the best stopping plan by backward induction over those paths and the index by
+bisection. The costs look ahead to the final checkpoint, so a new setting's cheap first
+epoch does not always win; cheap screening scores well exactly when GPAR has learnt that
+early values predict final ones; a paused run is resumed when its prefix makes the rest
+promising. This is the freeze-thaw idea of Swersky et al. (2014) with the index rule of
+Gittins (as in Weitzman's "Pandora's box" with multi-stage boxes) in place of entropy
+search. For a run with one checkpoint left the index is its expected improvement per
+remaining epoch, i.e. cost-aware expected improvement.
+
+Design choices and why:
+
+* **GPAR models log-error increments between checkpoints** (output 1 is the log error
+  at the first checkpoint, output m > 1 the change of log error since checkpoint m - 1),
+  not the log errors themselves. The two carry the same information (a triangular
+  bijection of each prefix), but each conditional's prior (a constant mean, fitted on
+  the runs that reached that checkpoint) then says "the curve goes on changing as
+  curves did" instead of "the curve ends where the finished runs ended". While few runs
+  have finished, the final conditional is fitted on a handful of values and cannot learn
+  its dependence on the prefix: on log errors it predicts every paused run to end near
+  the finished runs, so mediocre runs look promising. On increments a run's final
+  prediction starts from its own last value.
+* **The reward is in error units** (the reduction of the incumbent's error), though the
+  model is fitted on log errors: the search is judged by error, and a relative reward
+  would overweight low errors, where the relative noise is largest.
+* **The final checkpoint is Rao-Blackwellised**: along each sample path GPAR's final
+  conditional is Gaussian, so the expected improvement given the path up to the
+  second-last checkpoint is computed in closed form (a log-normal put). This removes
+  the noisiest Monte Carlo step and conditions the last stopping decision on the whole
+  prefix. The final conditional's own observation noise is left out of it: a gain that
+  is only noise is not a better model, and chasing it spends epochs on finishing runs
+  that merely tie the incumbent.
+* **Earlier stopping decisions** use conditional expectations given the value at that
+  checkpoint, estimated by averaging over the paths in the same quantile bin (a Markov
+  approximation in the latest value; the paths share quasi-random normals across runs,
+  so runs are compared on common random numbers).
+* **Bounded work per decision.** New settings are scored on a random subset of at most
+  ``num_candidates`` (the remaining settings of a table, or a scrambled Sobol set in a
+  box): successive decisions draw fresh subsets, so a good setting is delayed rather
+  than lost, and the model's ranking error among the best few percent outweighs the
+  gain of scoring more. They are screened with a quarter of the paths, and only the
+  few best are scored with all of them: a coarse index only needs to find the top,
+  while the index compared with the paused runs' should be as precise as theirs. Paused runs are rescored lazily: each keeps the index it was
+  last given; the index only falls as the incumbent falls, so stored indices are upper
+  bounds as far as the incumbent goes; each decision rescores the runs never scored,
+  the ``num_resumable`` best stored and the ``num_refresh`` least recently scored
+  (so every stored value is refreshed in turn). The work per decision then does not
+  grow with the number of paused runs; only GPAR's training sets grow.
+* **Hyperparameters** are re-optimised when the observed values grew by
+  ``refit_growth`` since the last fit, starting from the last fit's values (warm
+  start), and reloaded otherwise, so the expensive step happens geometrically rarely.
+
+**Warm-up.** GPAR needs two runs at the final checkpoint. Until then the policy screens
+``num_initial`` random settings at the first checkpoint and pushes the two best to the
+end, one checkpoint at a time.
+
+**Robustness.** A fraction ``model_free_fraction`` of the decisions, and every decision
+for which the model cannot be fitted (and no earlier fit can be reloaded) or sampled, or
+for which no sample path improves, follow asynchronous successive halving (promote a
+paused run in the top ``1/eta`` of its checkpoint, else start a random setting), logged
+with the reason. A misspecified or failed model slows the search; it cannot stall it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from botorch.acquisition.acquisition import AcquisitionFunction
+from botorch.fit import fit_gpytorch_mll
+from botorch.utils.sampling import draw_sobol_normal_samples
+from botorch.utils.transforms import t_batch_mode_transform
+from torch import Tensor
+from torch.quasirandom import SobolEngine
+
+from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
+
+__all__ = [
+    "CURVE_MODEL_OPTIONS",
+    "Decision",
+    "FreezeThawIndex",
+    "FreezeThawPolicy",
+    "expected_improvement_lognormal",
+    "stopping_index",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The GPAR variant for learning curves: D-GPAR-NL-X, the most accurate variant of
+#: the MLP validation-error study (here on log-error increments, see above).
+CURVE_MODEL_OPTIONS: Mapping[str, Any] = {"kernel": "NL-X", "denoise": True}
+
+#: New settings are screened with ``num_samples // SCREEN_RATIO`` paths (and as many
+#: times fewer bins); the ``NUM_FINALISTS`` best are scored with all paths, so the
+#: index that is compared with the paused runs' has their precision.
+SCREEN_RATIO = 4
+NUM_FINALISTS = 8
+
+
+def expected_improvement_lognormal(mean: Tensor, std: Tensor, incumbent: float) -> Tensor:
+    r"""``E[(incumbent - exp(Z))^+]`` for ``Z ~ N(mean, std^2)`` (elementwise).
+
+    The expected reduction of an error ``incumbent`` by an error whose log is
+    Gaussian (the put option of Black and Scholes).
+    """
+    if not incumbent > 0:
+        raise ValueError(f"The incumbent must be a positive error; got {incumbent}.")
+    std = std.clamp_min(1e-12)
+    z = (math.log(incumbent) - mean) / std
+    normal = torch.distributions.Normal(torch.zeros_like(z), torch.ones_like(z))
+    value = incumbent * normal.cdf(z) - torch.exp(mean + std**2 / 2) * normal.cdf(z - std)
+    return value.clamp_min(0.0)
+
+
+def stopping_index(
+    reward: Tensor,
+    paths: Tensor,
+    observed: Tensor,
+    epochs: Tensor,
+    num_bins: int = 8,
+    iterations: int = 20,
+) -> Tensor:
+    r"""The Gittins index per epoch of runs, from sample paths of their checkpoint values.
+
+    The index of a run is the charge per epoch ``nu`` at which training it is just
+    worth it: with ``nu`` charged per epoch and ``reward`` paid if it reaches the
+    final checkpoint, the best stopping plan (continue after a checkpoint only while
+    the expected rest is positive) breaks even. Plans are found by backward
+    induction over the paths. After the second-last checkpoint the expected payoff
+    of a path is ``reward`` itself; after earlier checkpoints ``j`` the expectation
+    given the value there is estimated by averaging over the paths in the same
+    quantile bin of ``paths[..., j]``. ``nu`` is found by bisection.
+
+    Args:
+        reward: ``S x N`` expected payoff of each path if its run is trained to the
+            end, given the path up to the second-last checkpoint (e.g. the expected
+            improvement; >= 0).
+        paths: ``S x N x M`` sampled values of the runs at the M checkpoints (the
+            information at each checkpoint); entries at checkpoints a run has
+            observed are ignored. ``S`` must be a multiple of ``num_bins``.
+        observed: ``N`` numbers of checkpoints each run has observed (0 for a new
+            setting, < M). Training to the next checkpoint is committed.
+        epochs: ``M`` increasing epochs of the checkpoints.
+        num_bins: Quantile bins for the conditional expectations.
+        iterations: Bisection steps (relative precision ``2**-iterations``).
+
+    Returns:
+        ``N`` indices (payoff per epoch; 0 where no path pays).
+    """
+    S, N, M = paths.shape
+    if reward.shape != (S, N) or observed.shape != (N,) or epochs.shape != (M,):
+        raise ValueError(
+            f"Expected reward S x N, observed N and epochs M for paths {tuple(paths.shape)}; "
+            f"got {tuple(reward.shape)}, {tuple(observed.shape)} and {tuple(epochs.shape)}."
+        )
+    if S % num_bins:
+        raise ValueError(f"The number of paths ({S}) must be a multiple of num_bins ({num_bins}).")
+    if ((observed < 0) | (observed >= M)).any():
+        raise ValueError(f"observed must be in [0, {M - 1}]; got {observed.tolist()}.")
+    reward, paths = reward.detach().clamp_min(0.0), paths.detach()
+    steps = torch.diff(epochs.to(paths), prepend=epochs.new_zeros(1).to(paths))
+    first_step = steps[observed]  # N: the committed step
+    # Bins only where some run decides after checkpoint j < M - 2.
+    binned_levels = [j for j in range(M - 2) if bool((observed <= j).any())]
+    orders = {j: paths[..., j].argsort(dim=0) for j in binned_levels}
+
+    def binned_mean(values: Tensor, j: int) -> Tensor:
+        """E[values | bin of y_j], per path (S x N)."""
+        index = orders[j]
+        means = values.gather(0, index).view(num_bins, S // num_bins, N).mean(1, keepdim=True)
+        return torch.empty_like(values).scatter_(0, index, means.expand(-1, S // num_bins, -1).reshape(S, N))
+
+    def value(nu: Tensor) -> Tensor:
+        """Expected net value (N) of training each run on, with charge ``nu`` (N) per epoch."""
+        V = reward  # after the second-last checkpoint, before paying its last step
+        for j in range(M - 2, -1, -1):
+            # After checkpoint j: stop, or train to j + 1 and go on optimally.
+            expected = binned_mean(V, j) if j in orders else V
+            go_on = expected - nu * steps[j + 1]
+            V = torch.where((observed <= j).unsqueeze(0), go_on.clamp_min(0.0), V)
+        # V is now the value after the committed next checkpoint, per path.
+        return V.mean(0) - nu * first_step
+
+    low = torch.zeros(N, dtype=paths.dtype, device=paths.device)
+    high = reward.amax(0) / first_step  # value(high) <= 0
+    for _ in range(iterations):
+        middle = (low + high) / 2
+        positive = value(middle) > 0
+        low = torch.where(positive, middle, low)
+        high = torch.where(positive, high, middle)
+    return low
+
+
+def to_increments(log_errors: Tensor) -> Tensor:
+    """Log errors (``... x M``, NaN after a prefix) to the model's outputs: the first
+    value, then the changes between consecutive checkpoints."""
+    return torch.cat([log_errors[..., :1], log_errors.diff(dim=-1)], -1)
+
+
+class FreezeThawIndex(AcquisitionFunction):
+    r"""The stopping index of runs under a GPAR model of log-error increments.
+
+    ``index`` scores runs with an observed prefix (training inputs of the model) or
+    none; as an acquisition function (``forward``) it scores new settings.
+
+    Args:
+        model: A fitted ``GPARModel`` whose outputs are ``to_increments`` of log
+            errors at the checkpoints.
+        epochs: ``M`` increasing epochs of the checkpoints.
+        incumbent: The best final error so far (error units, > 0).
+        num_samples: Sample paths per run (a multiple of ``num_bins``).
+        num_bins: Quantile bins of ``stopping_index``.
+        seed: Seed of the quasi-random normals (shared by all runs).
+    """
+
+    def __init__(
+        self,
+        model: GPARModel,
+        epochs: Tensor,
+        incumbent: float,
+        num_samples: int = 128,
+        num_bins: int = 8,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(model=model)
+        self.register_buffer("epochs", epochs)
+        self.incumbent = float(incumbent)
+        self.num_samples = num_samples
+        self.num_bins = num_bins
+        self.seed = seed
+
+    def index(self, X: Tensor, observed: Tensor) -> Tensor:
+        """``b`` indices of the runs at ``X`` (``b x d``) with ``observed`` checkpoints."""
+        if len(X) == 0:
+            return X.new_zeros(0)
+        model, M = self.model, len(self.epochs)
+        posterior = model.posterior(X.unsqueeze(-2), observation_noise=True)
+        normals = draw_sobol_normal_samples(d=M, n=self.num_samples, dtype=X.dtype, seed=self.seed)
+        base = normals.view(self.num_samples, 1, 1, M).expand(-1, len(X), 1, M)
+        samples, means, variances = posterior.rsample_with_conditionals(
+            torch.Size([self.num_samples]), base
+        )
+        samples, means, variances = (t.squeeze(-2) for t in (samples, means, variances))  # S x b x M
+        # Observed increments replace the samples, then the path of log errors.
+        matches = (X.unsqueeze(-2) == model.train_X).all(-1)  # b x n
+        lengths = torch.where(matches, model.observed.sum(-1).to(X), -1.0)
+        rows = lengths.argmax(-1)  # the matching row with the longest prefix
+        known = torch.arange(M, device=X.device) < observed.unsqueeze(-1)  # b x M
+        has = model.observed[rows] & matches.any(-1, keepdim=True)
+        if bool((known & ~has).any()):
+            raise ValueError("A run's observed checkpoints are not in the model's data.")
+        observed_values = model.modelled_Y[rows]
+        increments = torch.where(known, observed_values.nan_to_num(), samples)
+        log_errors = increments.cumsum(-1)
+        # The final checkpoint given the path: Gaussian, without its own noise.
+        noise = posterior.predictors[M - 1].noise
+        final_std = (variances[..., -1] - noise).clamp_min(0.0).sqrt()
+        final_mean = (log_errors[..., -2] if M > 1 else 0.0) + means[..., -1]
+        reward = expected_improvement_lognormal(final_mean, final_std, self.incumbent)
+        return stopping_index(
+            reward, log_errors, observed, self.epochs.to(X), num_bins=self.num_bins
+        )
+
+    @t_batch_mode_transform(expected_q=1)
+    def forward(self, X: Tensor) -> Tensor:
+        """``b`` indices of new settings ``X`` (``b x 1 x d``)."""
+        with torch.no_grad():
+            X = X.squeeze(-2)
+            return self.index(X, torch.zeros(len(X), dtype=torch.long, device=X.device))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a free worker does next.
+
+    Attributes:
+        action: "resume" a paused run or "start" a new setting.
+        index: The paused run's row in ``X`` (resume) or the candidate's row
+            (start; -1 when ``candidate`` is a point of the box ``bounds``).
+        reason: "gpar" (with a note when a refit failed and the last fit was
+            reused), "warm-up", "model-free" (the guard's share of decisions) or
+            "model-free: why" (a fallback).
+        score: The winning stopping index (None unless decided by GPAR).
+        candidate: The new setting (``d``), for "start".
+    """
+
+    action: Literal["resume", "start"]
+    index: int
+    reason: str
+    score: float | None = None
+    candidate: Tensor | None = None
+
+
+class FreezeThawPolicy:
+    r"""Freeze-thaw decisions from GPAR (see the module docstring).
+
+    Args:
+        epochs: Increasing epochs of the checkpoints at which runs report and pause.
+        num_initial: Random settings screened at the first checkpoint before any
+            run is pushed to the end.
+        num_samples: GPAR sample paths per run and decision.
+        num_candidates: New settings scored per decision (a random subset of the
+            given candidates, or a Sobol set in the box ``bounds``).
+        num_resumable: Paused runs with the best stored indices rescored per decision.
+        num_refresh: Least recently scored paused runs rescored per decision.
+        model_free_fraction: Share of decisions made by successive halving, as a
+            guard against a misspecified model.
+        eta: Successive halving's reduction factor.
+        refit_growth: Re-optimise GPAR's hyperparameters when the number of
+            observed values grew by more than this fraction since the last fit;
+            in between, reload them (decisions stay cheap as data accumulate).
+        gpar_options: ``GPARModel`` options (default ``CURVE_MODEL_OPTIONS``).
+        fit_kwargs: Arguments of ``fit_gpytorch_mll``.
+        seed: Seed of the random settings, the model-free draws and the samplers.
+    """
+
+    def __init__(
+        self,
+        epochs: Sequence[int],
+        *,
+        num_initial: int = 4,
+        num_samples: int = 128,
+        num_candidates: int = 256,
+        num_resumable: int = 16,
+        num_refresh: int = 4,
+        model_free_fraction: float = 0.1,
+        eta: float = 3.0,
+        refit_growth: float = 0.2,
+        gpar_options: Mapping[str, Any] | None = None,
+        fit_kwargs: Mapping[str, Any] | None = None,
+        seed: int = 0,
+    ) -> None:
+        epochs = list(epochs)
+        if not epochs or any(b <= a for a, b in zip(epochs, epochs[1:])) or epochs[0] < 1:
+            raise ValueError(f"epochs must increase from >= 1; got {epochs}.")
+        if len(epochs) < 2:
+            raise ValueError("Freeze-thaw needs at least two checkpoints.")
+        if num_initial < 2:
+            raise ValueError(f"num_initial must be >= 2 (two runs are pushed); got {num_initial}.")
+        if num_samples < 8 * SCREEN_RATIO or num_samples % (8 * SCREEN_RATIO):
+            raise ValueError(
+                f"num_samples must be a positive multiple of {8 * SCREEN_RATIO}; got {num_samples}."
+            )
+        if min(num_candidates, num_resumable) < 1 or num_refresh < 0:
+            raise ValueError(
+                "num_candidates and num_resumable must be >= 1 and num_refresh >= 0; got "
+                f"{num_candidates}, {num_resumable} and {num_refresh}."
+            )
+        if not 0 <= model_free_fraction <= 1:
+            raise ValueError(f"model_free_fraction must be in [0, 1]; got {model_free_fraction}.")
+        if eta <= 1:
+            raise ValueError(f"eta must be > 1; got {eta}.")
+        if refit_growth < 0:
+            raise ValueError(f"refit_growth must be >= 0; got {refit_growth}.")
+        self.epochs = torch.tensor(epochs, dtype=torch.double)
+        self.num_initial = num_initial
+        self.num_samples = num_samples
+        self.num_candidates = num_candidates
+        self.num_resumable = num_resumable
+        self.num_refresh = num_refresh
+        self.model_free_fraction = model_free_fraction
+        self.eta = eta
+        self.refit_growth = refit_growth
+        self.gpar_options = dict(CURVE_MODEL_OPTIONS if gpar_options is None else gpar_options)
+        self.fit_kwargs = dict(fit_kwargs or {})
+        self.seed = seed
+        self.generator = torch.Generator().manual_seed(seed)
+        self.decisions = 0
+        self._fitted: tuple[int, dict[str, Tensor]] | None = None  # (values, hyperparameters)
+        # Paused runs' stored indices: (setting, checkpoints observed) -> (index, decision).
+        self._stored: dict[tuple, tuple[float, int]] = {}
+
+    # ------------------------------------------------------------------ decide
+    def decide(
+        self,
+        X: Tensor,
+        Y: Tensor,
+        paused: Tensor,
+        candidates: Tensor | None = None,
+        bounds: Tensor | None = None,
+    ) -> Decision:
+        r"""The next action of a free worker.
+
+        Args:
+            X: ``n x d`` settings of every run started so far (running, paused,
+                finished).
+            Y: ``n x M`` their values at the checkpoints (lower is better, e.g.
+                validation errors; positive), NaN after each run's observed prefix
+                (a row of NaN for a run that has not reported yet).
+            paused: ``n`` bool, the runs that may be resumed.
+            candidates: ``c x d`` new settings to choose from (e.g. a table's
+                remaining settings), or None to search the box ``bounds``.
+            bounds: ``2 x d`` bounds of the search space (when ``candidates`` is None).
+
+        Returns:
+            The decision.
+        """
+        self._check(X, Y, paused, candidates, bounds)
+        self.decisions += 1
+        observed = (~Y.isnan()).sum(-1)
+        M = len(self.epochs)
+        finished = observed == M
+        if int(finished.sum()) < 2:
+            return self._warm_up(X, Y, paused, observed, candidates, bounds)
+        if float(torch.rand(1, generator=self.generator)) < self.model_free_fraction:
+            return self._successive_halving(Y, paused, observed, candidates, bounds, "model-free")
+        try:
+            return self._gpar_decision(X, Y, paused, observed, candidates, bounds)
+        except Exception as error:  # a failed fit or sampling must not stall the search
+            logger.warning("GPAR decision failed (%s); deciding by successive halving.", error)
+            return self._successive_halving(
+                Y, paused, observed, candidates, bounds, f"model-free: GPAR failed ({error})"
+            )
+
+    def _gpar_decision(
+        self, X: Tensor, Y: Tensor, paused: Tensor, observed: Tensor,
+        candidates: Tensor | None, bounds: Tensor | None,
+    ) -> Decision:
+        reported = observed > 0
+        model, note = self._model(X[reported], to_increments(Y[reported].log()))
+        M = len(self.epochs)
+        incumbent = float(Y[observed == M, -1].min())
+        acqf = FreezeThawIndex(
+            model, self.epochs.to(X), incumbent, self.num_samples, seed=self.seed + self.decisions
+        )
+        with torch.no_grad():
+            rows = self._resumable(X, observed, paused)
+            resume_scores = acqf.index(X[rows], observed[rows])
+            for row, score in zip(rows.tolist(), resume_scores.tolist()):
+                self._stored[self._key(X[row], observed[row])] = (score, self.decisions)
+            new_rows, new_X = self._new_settings(candidates, bounds)
+            if len(new_X) > NUM_FINALISTS:  # screen with fewer paths, then score the best
+                screen = FreezeThawIndex(
+                    model, acqf.epochs, incumbent, self.num_samples // SCREEN_RATIO,
+                    num_bins=8 // SCREEN_RATIO, seed=acqf.seed,
+                )
+                coarse = screen.index(new_X, torch.zeros(len(new_X), dtype=torch.long))
+                finalists = coarse.topk(NUM_FINALISTS).indices
+                new_rows, new_X = new_rows[finalists], new_X[finalists]
+            new_scores = acqf.index(new_X, torch.zeros(len(new_X), dtype=torch.long))
+        best_resume = float(resume_scores.max()) if len(rows) else -math.inf
+        best_new = float(new_scores.max()) if len(new_X) else -math.inf
+        if max(best_resume, best_new) <= 0:
+            return self._successive_halving(
+                Y, paused, observed, candidates, bounds, "model-free: no path improves"
+            )
+        reason = "gpar" + note
+        if best_resume >= best_new:
+            row = int(rows[resume_scores.argmax()])
+            self._stored.pop(self._key(X[row], observed[row]), None)
+            return Decision("resume", row, reason, best_resume)
+        best = int(new_scores.argmax())
+        return Decision("start", int(new_rows[best]), reason, best_new, new_X[best])
+
+    # ----------------------------------------------------------------- helpers
+    def _check(
+        self, X: Tensor, Y: Tensor, paused: Tensor, candidates: Tensor | None, bounds: Tensor | None
+    ) -> None:
+        M = len(self.epochs)
+        if X.dim() != 2 or Y.shape != (X.shape[0], M) or paused.shape != (X.shape[0],):
+            raise ValueError(
+                f"Expected X n x d, Y n x {M} and paused n; got {tuple(X.shape)}, "
+                f"{tuple(Y.shape)} and {tuple(paused.shape)}."
+            )
+        if paused.dtype != torch.bool:
+            raise ValueError(f"paused must be a bool tensor; got {paused.dtype}.")
+        observed = ~Y.isnan()
+        if (observed[:, 1:] & ~observed[:, :-1]).any():
+            raise ValueError("Each run's values must be a prefix of its checkpoints (NaN after it).")
+        if (paused & ~observed[:, 0]).any():
+            raise ValueError("A paused run must have reported at least one checkpoint.")
+        if not (torch.isfinite(X).all() and (Y[observed] > 0).all() and torch.isfinite(Y[observed]).all()):
+            raise ValueError("Settings must be finite and observed values finite and positive.")
+        if (paused & (observed.sum(-1) == M)).any():
+            raise ValueError("A paused run must not have reached the final checkpoint.")
+        if candidates is None and bounds is None:
+            raise ValueError("Give candidates (new settings) or bounds of the search space.")
+        if candidates is not None and (candidates.dim() != 2 or candidates.shape[-1] != X.shape[-1]):
+            raise ValueError(f"candidates must be c x {X.shape[-1]}; got {tuple(candidates.shape)}.")
+        if candidates is None and (
+            bounds.shape != (2, X.shape[-1]) or not bool((bounds[0] <= bounds[1]).all())
+        ):
+            raise ValueError(f"bounds must be 2 x {X.shape[-1]} with lower <= upper.")
+
+    @staticmethod
+    def _key(x: Tensor, observed: Tensor) -> tuple:
+        return (*x.tolist(), int(observed))
+
+    def _resumable(self, X: Tensor, observed: Tensor, paused: Tensor) -> Tensor:
+        """The paused runs to score: never scored at their checkpoint, the best
+        ``num_resumable`` stored and the ``num_refresh`` least recently scored."""
+        rows = paused.nonzero().squeeze(-1).tolist()
+        stored = {r: self._stored.get(self._key(X[r], observed[r])) for r in rows}
+        fresh = [r for r in rows if stored[r] is None]
+        old = [r for r in rows if stored[r] is not None]
+        best = sorted(old, key=lambda r: -stored[r][0])[: self.num_resumable]
+        rest = [r for r in old if r not in set(best)]
+        stale = sorted(rest, key=lambda r: stored[r][1])[: self.num_refresh]
+        return torch.tensor(sorted(fresh + best + stale), dtype=torch.long)
+
+    def _new_settings(
+        self, candidates: Tensor | None, bounds: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
+        """Rows (-1 in a box) and settings of the new settings scored this decision."""
+        if candidates is not None:
+            rows = torch.arange(len(candidates))
+            if len(candidates) > self.num_candidates:
+                rows = torch.randperm(len(candidates), generator=self.generator)[: self.num_candidates]
+            return rows, candidates[rows]
+        seed = int(torch.randint(2**31 - 1, (1,), generator=self.generator))
+        unit = SobolEngine(bounds.shape[-1], scramble=True, seed=seed).draw(self.num_candidates).to(bounds)
+        return torch.full((self.num_candidates,), -1), bounds[0] + unit * (bounds[1] - bounds[0])
+
+    def _random_new(self, candidates: Tensor | None, bounds: Tensor | None, reason: str) -> Decision:
+        if candidates is not None:
+            if len(candidates) == 0:
+                raise ValueError("No candidate settings left to start.")
+            row = int(torch.randint(len(candidates), (1,), generator=self.generator))
+            return Decision("start", row, reason, candidate=candidates[row])
+        unit = torch.rand(bounds.shape[-1], generator=self.generator, dtype=bounds.dtype)
+        return Decision("start", -1, reason, candidate=bounds[0] + unit * (bounds[1] - bounds[0]))
+
+    def _warm_up(
+        self, X: Tensor, Y: Tensor, paused: Tensor, observed: Tensor,
+        candidates: Tensor | None, bounds: Tensor | None,
+    ) -> Decision:
+        """Screen ``num_initial`` settings, then push the two best to the final checkpoint."""
+        out_of_candidates = candidates is not None and len(candidates) == 0
+        if X.shape[0] < self.num_initial and not out_of_candidates:
+            return self._random_new(candidates, bounds, "warm-up")
+        # Runs that were resumed are being pushed (or were): paused past the first
+        # checkpoint, or running with data (every run pauses when it reports). Push two.
+        running = ~paused & (observed > 0) & (observed < len(self.epochs))
+        pushed = (observed > 1) | running
+        waiting = paused & pushed
+        if waiting.any():
+            row = int(torch.where(waiting, observed, -1).argmax())
+            return Decision("resume", row, "warm-up")
+        if int(pushed.sum()) < 2 and paused.any():
+            last = Y.gather(-1, (observed - 1).clamp_min(0).unsqueeze(-1)).squeeze(-1)
+            row = int(torch.where(paused, last, math.inf).argmin())
+            return Decision("resume", row, "warm-up")
+        if out_of_candidates:
+            return self._successive_halving(Y, paused, observed, candidates, bounds, "warm-up")
+        return self._random_new(candidates, bounds, "warm-up")
+
+    def _successive_halving(
+        self, Y: Tensor, paused: Tensor, observed: Tensor,
+        candidates: Tensor | None, bounds: Tensor | None, reason: str,
+    ) -> Decision:
+        """Promote the deepest paused run in the top ``1/eta`` of its checkpoint, else start one."""
+        for k in range(len(self.epochs) - 1, 0, -1):
+            at_k = Y[observed >= k, k - 1]  # every value recorded at checkpoint k
+            promotable = paused & (observed == k)
+            if not promotable.any():
+                continue
+            values = Y[:, k - 1]
+            better = (at_k.unsqueeze(0) < values.unsqueeze(-1)).sum(-1)  # n
+            top = promotable & (better < math.ceil(len(at_k) / self.eta))
+            if top.any():
+                row = int(torch.where(top, values, math.inf).argmin())
+                return Decision("resume", row, reason)
+        if candidates is not None and len(candidates) == 0:
+            if not paused.any():
+                raise ValueError("Nothing to resume and no candidate settings left.")
+            row = int(torch.where(paused, observed, -1).argmax())
+            return Decision("resume", row, reason)
+        return self._random_new(candidates, bounds, reason)
+
+    def _model(self, X: Tensor, Z: Tensor) -> tuple[GPARModel, str]:
+        """GPAR on the increments ``Z``; hyperparameters refitted (warm-started) when
+        the data grew enough, else reloaded. A failed refit reloads the last fit."""
+        model = GPARModel(X, Z, output_names=self.epochs.long().tolist(), **self.gpar_options)
+        values = int((~Z.isnan()).sum())
+        note = ""
+        if self._fitted is None or values > (1 + self.refit_growth) * self._fitted[0]:
+            if self._fitted is not None:
+                model.load_state_dict(self._fitted[1], strict=False)  # warm start
+            try:
+                with torch.random.fork_rng():  # fit retries draw from the global RNG
+                    torch.manual_seed(self.seed)
+                    fit_gpytorch_mll(
+                        GPARMarginalLogLikelihood(model.likelihood, model), **self.fit_kwargs
+                    )
+            except Exception as error:
+                if self._fitted is None:
+                    raise
+                logger.warning("GPAR refit failed (%s); reusing the last fit.", error)
+                note = f" (refit failed: {error}; last fit reused)"
+                model = GPARModel(X, Z, output_names=self.epochs.long().tolist(), **self.gpar_options)
+                model.load_state_dict(self._fitted[1], strict=False)
+            else:
+                self._fitted = (values, model.hyperparameters())
+        else:
+            model.load_state_dict(self._fitted[1], strict=False)
+        return model.eval(), note

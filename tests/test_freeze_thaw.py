@@ -1,0 +1,254 @@
+"""The GPAR freeze-thaw policy: its index, its decisions and its harness adapter."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import gpar_bo.freeze_thaw as freeze_thaw
+from benchmarks.bo.freeze_thaw import GPARFreezeThaw
+from benchmarks.bo.harness import simulate
+from benchmarks.bo.problems import synthetic_problem
+from gpar_bo.freeze_thaw import (
+    FreezeThawPolicy,
+    expected_improvement_lognormal,
+    stopping_index,
+    to_increments,
+)
+
+EPOCHS = [1, 2, 4]
+#: Small and deterministic: no model-free decisions, few paths and candidates.
+FAST = {"num_samples": 64, "num_candidates": 16, "model_free_fraction": 0.0}
+
+
+def curves(x: torch.Tensor) -> torch.Tensor:
+    """Flat-ish curves whose level grows with x: ``n x 3`` errors at EPOCHS."""
+    t = torch.tensor(EPOCHS, dtype=torch.double)
+    level = (0.05 + 0.4 * x).unsqueeze(-1)
+    return level + 0.1 * level * t**-1.0
+
+
+def state() -> tuple[torch.Tensor, torch.Tensor]:
+    """Finished runs across x, and paused runs at the first checkpoint (rows 8..)."""
+    x = torch.cat([torch.linspace(0.2, 1.0, 8), torch.tensor([0.0, 0.6, 0.8, 0.9])])
+    Y = curves(x)
+    Y[8:, 1:] = float("nan")
+    return x.unsqueeze(-1).double(), Y.double()
+
+
+# --------------------------------------------------------------------- the index
+def test_index_with_one_checkpoint_left_is_expected_improvement_per_epoch() -> None:
+    S, N = 64, 3
+    reward = torch.rand(S, N, generator=torch.Generator().manual_seed(0), dtype=torch.double)
+    paths = torch.randn(S, N, 3, dtype=torch.double)
+    observed = torch.full((N,), 2)
+    epochs = torch.tensor(EPOCHS, dtype=torch.double)
+    index = stopping_index(reward, paths, observed, epochs, iterations=40)
+    assert torch.allclose(index, reward.mean(0) / (4 - 2), rtol=1e-9)
+
+
+def test_index_is_zero_when_no_path_improves() -> None:
+    paths = torch.randn(16, 4, 3, dtype=torch.double)
+    observed = torch.tensor([0, 1, 2, 0])
+    epochs = torch.tensor(EPOCHS, dtype=torch.double)
+    index = stopping_index(torch.zeros(16, 4, dtype=torch.double), paths, observed, epochs)
+    assert torch.equal(index, torch.zeros(4, dtype=torch.double))
+
+
+def test_index_grows_with_the_incumbent_and_values_the_option_to_stop() -> None:
+    generator = torch.Generator().manual_seed(1)
+    S, N = 128, 5
+    level = torch.randn(S, N, 1, generator=generator, dtype=torch.double) - 2.0
+    paths = level + 0.1 * torch.randn(S, N, 3, generator=generator, dtype=torch.double)
+    epochs = torch.tensor(EPOCHS, dtype=torch.double)
+    observed = torch.zeros(N, dtype=torch.long)
+    std = torch.full_like(paths[..., -1], 0.05)
+    indices = [
+        stopping_index(expected_improvement_lognormal(paths[..., -2], std, inc), paths, observed, epochs)
+        for inc in (0.05, 0.1, 0.2)
+    ]
+    assert (indices[0] <= indices[1]).all() and (indices[1] <= indices[2]).all()
+    assert (indices[0] < indices[2]).all()
+    # Stopping is an option: the index is at least the expected improvement per total epoch.
+    reward = expected_improvement_lognormal(paths[..., -2], std, 0.1)
+    assert (indices[1] >= reward.mean(0) / 4 * (1 - 1e-4)).all()
+
+
+def test_lognormal_expected_improvement_matches_monte_carlo() -> None:
+    mean, std = torch.tensor([-2.0, -2.5]), torch.tensor([0.3, 0.1])
+    z = torch.randn(200_000, 2, generator=torch.Generator().manual_seed(0))
+    monte_carlo = (0.1 - (mean + std * z).exp()).clamp_min(0).mean(0)
+    exact = expected_improvement_lognormal(mean, std, 0.1)
+    assert torch.allclose(exact, monte_carlo, atol=2e-4)
+
+
+def test_increments_invert_by_cumulative_sum() -> None:
+    _, Y = state()
+    assert torch.allclose(to_increments(Y.log()).cumsum(-1), Y.log(), equal_nan=True)
+
+
+# ------------------------------------------------------------------ the decisions
+def test_policy_continues_the_run_whose_prefix_is_clearly_best() -> None:
+    X, Y = state()
+    paused = ~Y[:, -1].isfinite()
+    candidates = torch.linspace(0.5, 1.0, 6, dtype=torch.double).unsqueeze(-1)
+    decision = FreezeThawPolicy(EPOCHS, **FAST).decide(X, Y, paused, candidates)
+    assert decision.action == "resume" and decision.index == 8 and decision.reason == "gpar"
+    assert decision.score > 0
+
+
+def test_policy_starts_a_new_setting_when_every_paused_run_is_hopeless() -> None:
+    X, Y = state()
+    Y[8, 0] = curves(torch.tensor([0.95], dtype=torch.double))[0, 0]  # the good paused run is now bad too
+    X[8] = 0.95
+    paused = ~Y[:, -1].isfinite()
+    candidates = torch.tensor([[0.0], [0.05], [0.7]], dtype=torch.double)
+    decision = FreezeThawPolicy(EPOCHS, **FAST).decide(X, Y, paused, candidates)
+    assert decision.action == "start" and decision.index in (0, 1)
+    assert torch.equal(decision.candidate, candidates[decision.index])
+
+
+def test_policy_searches_a_box_without_candidates() -> None:
+    X, Y = state()
+    paused = torch.zeros(len(X), dtype=torch.bool)  # nothing to resume
+    bounds = torch.tensor([[0.0], [1.0]], dtype=torch.double)
+    decision = FreezeThawPolicy(EPOCHS, **FAST).decide(X, Y, paused, bounds=bounds)
+    assert decision.action == "start" and decision.index == -1
+    assert 0 <= float(decision.candidate) <= 0.3  # the good end of the box
+
+
+def test_policy_falls_back_when_the_fit_fails(monkeypatch: pytest.MonkeyPatch, caplog) -> None:
+    def broken(*args, **kwargs):
+        raise RuntimeError("no convergence")
+
+    monkeypatch.setattr(freeze_thaw, "fit_gpytorch_mll", broken)
+    X, Y = state()
+    paused = ~Y[:, -1].isfinite()
+    candidates = torch.rand(5, 1, dtype=torch.double)
+    with caplog.at_level("WARNING", logger="gpar_bo.freeze_thaw"):
+        decision = FreezeThawPolicy(EPOCHS, **FAST).decide(X, Y, paused, candidates)
+    assert decision.reason.startswith("model-free: GPAR failed") and "no convergence" in decision.reason
+    assert "no convergence" in caplog.text
+
+
+def test_policy_reuses_the_last_fit_when_a_refit_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    X, Y = state()
+    paused = ~Y[:, -1].isfinite()
+    candidates = torch.rand(5, 1, dtype=torch.double)
+    policy = FreezeThawPolicy(EPOCHS, **FAST)
+    policy.decide(X[:-2], Y[:-2], paused[:-2], candidates)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no convergence")
+
+    monkeypatch.setattr(freeze_thaw, "fit_gpytorch_mll", broken)
+    policy.refit_growth = 0.0  # any growth refits
+    decision = policy.decide(X, Y, paused, candidates)
+    assert decision.reason.startswith("gpar (refit failed: no convergence")
+
+
+def test_work_per_decision_does_not_grow_with_the_paused_runs() -> None:
+    policy = FreezeThawPolicy(EPOCHS, num_resumable=3, num_refresh=2, **{**FAST, "num_candidates": 4})
+    n = 50
+    X = torch.rand(n, 1, dtype=torch.double)
+    observed = torch.ones(n, dtype=torch.long)
+    paused = torch.ones(n, dtype=torch.bool)
+    for row in range(n - 1):  # every run but the last was scored; row 0 longest ago
+        policy._stored[policy._key(X[row], observed[row])] = (float(row % 10), row)
+    rows = policy._resumable(X, observed, paused).tolist()
+    assert len(rows) == 1 + 3 + 2  # never scored, best stored, least recently scored
+    assert n - 1 in rows and {9, 19, 29} <= set(rows) and {0, 1} <= set(rows)
+
+
+def test_warm_up_screens_then_pushes_the_two_best() -> None:
+    policy = FreezeThawPolicy(EPOCHS, num_initial=3, **FAST)
+    candidates = torch.rand(10, 1, dtype=torch.double)
+    empty = torch.empty(0, 1, dtype=torch.double)
+    decision = policy.decide(empty, torch.empty(0, 3), torch.empty(0, dtype=torch.bool), candidates)
+    assert (decision.action, decision.reason) == ("start", "warm-up")
+    X = torch.tensor([[0.1], [0.2], [0.3]], dtype=torch.double)
+    Y = torch.tensor([[0.5, math.nan, math.nan], [0.2, math.nan, math.nan], [0.3, math.nan, math.nan]])
+    paused = torch.tensor([True, True, True])
+    decision = policy.decide(X, Y.double(), paused, candidates)
+    assert (decision.action, decision.index) == ("resume", 1)
+
+
+def test_bad_input_raises_one_line_value_errors() -> None:
+    X, Y = state()
+    paused = ~Y[:, -1].isfinite()
+    policy = FreezeThawPolicy(EPOCHS, **FAST)
+    candidates = torch.rand(3, 1, dtype=torch.double)
+    gapped = Y.clone()
+    gapped[0, 1] = float("nan")
+    negative = Y.clone()
+    negative[0, 0] = -0.1
+    bad_calls = [
+        lambda: policy.decide(X, Y[:, :2], paused, candidates),
+        lambda: policy.decide(X, gapped, paused, candidates),
+        lambda: policy.decide(X, negative, paused, candidates),
+        lambda: policy.decide(X, Y, torch.ones(len(X), dtype=torch.bool), candidates),
+        lambda: policy.decide(X, Y, paused.long(), candidates),
+        lambda: policy.decide(X, Y, paused),
+        lambda: policy.decide(X, Y, paused, torch.rand(3, 2, dtype=torch.double)),
+        lambda: policy.decide(X, Y, paused, bounds=torch.tensor([[1.0], [0.0]], dtype=torch.double)),
+        lambda: FreezeThawPolicy([3, 2]),
+        lambda: FreezeThawPolicy([1]),
+        lambda: FreezeThawPolicy(EPOCHS, num_initial=1),
+        lambda: FreezeThawPolicy(EPOCHS, num_samples=48),
+        lambda: FreezeThawPolicy(EPOCHS, model_free_fraction=1.5),
+        lambda: stopping_index(torch.ones(6, 2), torch.ones(6, 2, 3), torch.zeros(2, dtype=torch.long), torch.tensor([1.0, 2, 3])),
+        lambda: expected_improvement_lognormal(torch.zeros(1), torch.ones(1), 0.0),
+    ]
+    for call in bad_calls:
+        with pytest.raises(ValueError) as error:
+            call()
+        assert "\n" not in str(error.value)
+
+
+# ----------------------------------------------------------- the harness adapter
+@pytest.fixture(scope="module")
+def traces() -> list:
+    torch.set_num_threads(1)
+    problem = synthetic_problem(n=60, seed=3, checkpoints=(1, 3, 7, 21))
+    options = {"num_samples": 64, "num_candidates": 16, "refit_growth": 1.0}
+    return problem, [
+        simulate(GPARFreezeThaw(**options), problem, seed, budget=110, workers=2)
+        for seed in (0, 0, 1)
+    ]
+
+
+def test_adapter_resumes_paused_runs_within_the_budget(traces) -> None:
+    problem, (trace, _, _) = traces
+    assert sum(t["epochs"] for t in trace.trials) == 110  # the budget, not more
+    completed = [t for t in trace.trials if t["status"] == "completed"]
+    assert len(completed) >= 3  # every run pauses at each checkpoint, so these were resumed
+    assert len(trace.incumbent_error) == len(completed)
+
+
+def test_adapter_is_reproducible_given_a_seed(traces) -> None:
+    _, (first, again, other) = traces
+    assert first.trials == again.trials and first.incumbent_error == again.incumbent_error
+    assert first.trials != other.trials
+
+
+def test_the_benchmark_driver_registers_the_policy_with_its_defaults() -> None:
+    from benchmarks import bo_mnist
+
+    method = bo_mnist.freeze_thaw_methods()["gpar_freeze_thaw"]()
+    method.reset(synthetic_problem(n=10, seed=0), seed=0)
+    assert method.name == "gpar_freeze_thaw" and method.policy_options == {}
+    assert isinstance(method.policy, FreezeThawPolicy)
+
+
+def test_posterior_samples_with_conditional_moments(curve_model) -> None:
+    dtype = curve_model.train_X.dtype  # the fixture comes in float32 and float64
+    X = torch.rand(3, 1, 2, dtype=dtype)
+    posterior = curve_model.posterior(X, observation_noise=True)
+    base = torch.randn(8, 3, 1, 5, dtype=dtype)
+    samples, means, variances = posterior.rsample_with_conditionals(torch.Size([8]), base)
+    assert torch.allclose(samples, posterior.rsample_from_base_samples(torch.Size([8]), base))
+    assert means.shape == variances.shape == samples.shape and (variances > 0).all()
+    # Output 1 does not depend on the path: its moments are the same for every sample.
+    assert torch.allclose(means[..., 0], means[:1, ..., 0].expand(8, -1, -1))
