@@ -23,7 +23,7 @@ def test_search_space() -> None:
     assert params["max_units"].log_scale and params["max_units"].parameter_type == ParameterType.INT
     assert not params["momentum"].log_scale and not params["max_dropout"].log_scale
     assert (params["num_layers"].lower, params["num_layers"].upper) == (1, 5)
-    assert problem.checkpoints == list(range(1, 8)) and problem.metric == "val_error"
+    assert problem.checkpoints.tolist() == list(range(1, 8)) and problem.metric == "val_error"
     assert problem.train_kwargs == {"dataset": "breast_cancer", "epochs": 7, "seed": 2, "max_examples": 50}
     assert resolve(problem.train) is train_funnel_mlp
     with pytest.raises(ValueError, match="unknown data set"):
