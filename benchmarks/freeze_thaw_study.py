@@ -169,6 +169,11 @@ def main(argv: list[str] | None = None) -> None:
     if "mnist" in args.tables:
         parts.append(f"## MNIST table, budget {BUDGETS['mnist']} epochs\n\n"
                      + summary(lines, ["mnist"], BUDGETS["mnist"], (0.3, 1.0)))
+    parts.append(
+        "Regret: incumbent final error minus the table's best (the table's median before the "
+        "first completed run); ± is the standard error over runs. Wall clock counts waiting "
+        "for a core on a shared machine; CPU time is what a decision costs."
+    )
     text = "\n\n".join(parts) + "\n"
     (args.out / "freeze_thaw.md").write_text(text)
     print(text)
