@@ -246,6 +246,9 @@ def write_results(rows: list[dict[str, Any]], meta: dict[str, Any], stem: Path) 
         "`CURVE_MODEL_OPTIONS` now; `exp_decay` = BoTorch's `SingleTaskMultiFidelityGP` with "
         "the exponential-decay kernel (reference; Gaussian).",
         "",
+        "`fit s`: mean seconds per fit under the machine's load at the time (other sessions "
+        "shared its 2 cores), not a speed measurement.",
+        "",
         "The diagnosis on development data, and what the numbers below say: "
         "[calibration_diagnosis.md](calibration_diagnosis.md).",
         "",
