@@ -19,10 +19,10 @@ calibrated, on held-out partial curves:
   of the mixture (its CDF at the truth within [0.25, 0.75] or [0.025, 0.975]) and the
   NLL of the mixture density.
 
-Models: ``main`` is the curve model before the calibration fix (D-GPAR-NL-X on log-error
-increments, hyperparameters maximising each conditional's evidence); ``fixed`` is
-:data:`gpar_bo.freeze_thaw.CURVE_MODEL_OPTIONS` as the policy uses it now; ``exp_decay``
-is BoTorch's ``SingleTaskMultiFidelityGP`` with the exponential-decay kernel
+Models: ``lognormal`` is the policy's curve model,
+:data:`gpar_bo.freeze_thaw.CURVE_MODEL_OPTIONS` (D-GPAR-NL-X on log-error increments,
+``SingleTaskGP``'s LogNormal(-4, 1) noise prior); ``gamma`` is the same with
+``noise_prior="gamma"`` (BoTorch's Gamma(1.1, 0.05)); ``exp_decay`` is BoTorch's ``SingleTaskMultiFidelityGP`` with the exponential-decay kernel
 (``benchmarks.bo.surrogates.FreezeThaw``; Gaussian predictive, prefixes of length 0
 predicted without data), a reference.
 
@@ -30,6 +30,7 @@ Usage::
 
     python -m benchmarks.calibration            # every table, 3 split seeds (resumable)
     python -m benchmarks.calibration --quick    # one small synthetic table, for tests
+    python -m benchmarks.calibration --report   # rewrite the report from the records only
 
 Results: ``benchmarks/results/calibration.{md,csv,json,png}`` and the per-split records
 ``calibration_records.jsonl`` (the resume file).
@@ -63,11 +64,9 @@ RESULTS = Path(__file__).resolve().parent / "results"
 N_TRAIN, N_TEST = 80, 200
 NUM_PATHS = 256
 SEEDS = (0, 1, 2)
-#: The curve model on main before the fix (evidence-maximising fits).
-MAIN_OPTIONS: Mapping[str, Any] = {"kernel": "NL-X", "denoise": True}
 GPAR_VARIANTS: Mapping[str, Mapping[str, Any]] = {
-    "main": MAIN_OPTIONS,
-    "fixed": CURVE_MODEL_OPTIONS,
+    "lognormal": CURVE_MODEL_OPTIONS,
+    "gamma": {**CURVE_MODEL_OPTIONS, "noise_prior": "gamma"},
 }
 TABLES: dict[str, Callable[[], TabularProblem]] = {
     "mnist": mnist_table,
@@ -242,9 +241,10 @@ def write_results(rows: list[dict[str, Any]], meta: dict[str, Any], stem: Path) 
         "intervals (target 45-55 % / 92-97 %), NLL per run (nats, log-error units), "
         "pooled over held-out runs and seeds; ± is the binomial standard error.",
         "",
-        "Models: `main` = the curve model before the fix (evidence-maximising fits); `fixed` = "
-        "`CURVE_MODEL_OPTIONS` now; `exp_decay` = BoTorch's `SingleTaskMultiFidelityGP` with "
-        "the exponential-decay kernel (reference; Gaussian).",
+        "Models: `lognormal` = the policy's curve model, `CURVE_MODEL_OPTIONS` (LogNormal(-4, 1) "
+        "noise prior); `gamma` = the same with `noise_prior=\"gamma\"` (Gamma(1.1, 0.05)); "
+        "`exp_decay` = BoTorch's `SingleTaskMultiFidelityGP` with the exponential-decay kernel "
+        "(reference; Gaussian).",
         "",
         "`fit s`: mean seconds per fit under the machine's load at the time (other sessions "
         "shared its 2 cores), not a speed measurement.",
@@ -289,7 +289,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="one small synthetic table, one seed")
     parser.add_argument("--tables", nargs="*", default=None, help=f"subset of {list(TABLES)}")
-    parser.add_argument("--models", nargs="*", default=["main", "fixed", "exp_decay"])
+    parser.add_argument("--models", nargs="*", default=["lognormal", "gamma", "exp_decay"])
+    parser.add_argument(
+        "--report", action="store_true", help="no fits: rewrite the report from the records file"
+    )
     parser.add_argument("--seeds", nargs="*", type=int, default=list(SEEDS))
     parser.add_argument("--out", type=Path, default=RESULTS / "calibration")
     args = parser.parse_args(argv)
@@ -308,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if records_path.exists():
         records = [json.loads(line) for line in records_path.read_text().splitlines() if line]
     done = {(r["table"], r["seed"], r["model"]) for r in records}
-    for name, make in tables.items():
+    for name, make in tables.items() if not args.report else ():
         problem = make()
         for seed in seeds:
             for model in args.models:
@@ -323,9 +326,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                       f"{sum(record['coverage95']) / len(record['coverage95']):.3f} "
                       f"({record['fit_seconds']:.1f} s fit)", flush=True)
     wanted = [r for r in records if r["table"] in tables and r["seed"] in seeds and r["model"] in args.models]
+    command = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--report"]
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     meta = {
-        "command": " ".join(["python -m benchmarks.calibration", *(argv if argv is not None else sys.argv[1:])]),
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": " ".join(["python -m benchmarks.calibration", *command]),
+        "date": f"{date} (report rewritten from the records, no fits)" if args.report else date,
         "machine": _machine(),
         "seeds": seeds,
         "n_train": n_train,

@@ -39,8 +39,8 @@ DEFAULT_NUM_INDUCING = 256
 
 #: BoTorch's Gaussian likelihoods by noise prior (on standardised targets), for
 #: BoTorch's conventions: "lognormal" is ``SingleTaskGP``'s default, LogNormal(-4, 1),
-#: which expects nearly noiseless targets (its mode, 0.7 % of the targets' variance,
-#: is where the noise of a conditional with few rows ends up); "gamma" is BoTorch's
+#: which expects nearly noiseless targets (its mode is 0.7 % of the targets'
+#: variance); "gamma" is BoTorch's
 #: Gamma(1.1, 0.05) (its default before 0.12, still that of its SAAS models), nearly
 #: flat over [0, 1], which lets the data say how much of a target is noise.
 NOISE_PRIORS = {

@@ -104,12 +104,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: The GPAR variant for learning curves: D-GPAR-NL-X, the most accurate variant of
-#: the MLP validation-error study (here on log-error increments, see above), with
-#: BoTorch's Gamma(1.1, 0.05) noise prior: late increments are largely noise, which
-#: SingleTaskGP's default prior (nearly noiseless targets) explains as signal when
-#: few runs reached them, making the final-error predictive over-confident
-#: (``docs/model.md``, "Calibration of the final-error predictive").
-CURVE_MODEL_OPTIONS: Mapping[str, Any] = {"kernel": "NL-X", "denoise": True, "noise_prior": "gamma"}
+#: the MLP validation-error study (here on log-error increments, see above).
+CURVE_MODEL_OPTIONS: Mapping[str, Any] = {"kernel": "NL-X", "denoise": True}
 
 #: New settings are screened with ``num_samples // SCREEN_RATIO`` paths (and as many
 #: times fewer bins); the ``NUM_FINALISTS`` best are scored with all paths, so the

@@ -114,11 +114,9 @@ class GPARModel(Model):
         noise_prior: Under BoTorch's conventions, each conditional's noise prior
             on its standardised targets: "lognormal" (``SingleTaskGP``'s default,
             LogNormal(-4, 1): nearly noiseless targets) or "gamma" (BoTorch's
-            Gamma(1.1, 0.05), nearly flat over [0, 1]). Conditionals whose targets
-            are largely noise (e.g. late learning-curve increments) need "gamma":
-            with few rows the lognormal prior holds their noise near its mode and
-            their predictions are over-confident (see ``conditionals.NOISE_PRIORS``
-            and ``docs/model.md``). The paper's conventions have no noise prior.
+            Gamma(1.1, 0.05), nearly flat over [0, 1]), for outputs that may be
+            largely noise (see ``conditionals.NOISE_PRIORS`` and ``docs/model.md``).
+            The paper's conventions have no noise prior.
     """
 
     def __init__(

@@ -48,14 +48,18 @@ def test_mixture_metrics_of_one_gaussian_are_its_closed_forms() -> None:
 
 def test_quick_run_writes_every_result_file_and_resumes(tmp_path: Path) -> None:
     out = tmp_path / "calibration"
-    calibration.main(["--quick", "--models", "fixed", "--out", str(out)])
+    calibration.main(["--quick", "--models", "lognormal", "--out", str(out)])
     for suffix in (".md", ".csv", ".json", ".png"):
         assert out.with_suffix(suffix).exists()
     rows = json.loads(out.with_suffix(".json").read_text())["rows"]
     overall = next(r for r in rows if r["prefix"] == "all")
-    assert overall["model"] == "fixed" and overall["n"] == 60
+    assert overall["model"] == "lognormal" and overall["n"] == 60
     assert sum(r["n"] for r in rows if r["prefix"] != "all") == 60
     assert 0 <= overall["coverage50"] <= overall["coverage95"] <= 1
     records = out.with_name("calibration_records.jsonl").read_text().splitlines()
-    calibration.main(["--quick", "--models", "fixed", "--out", str(out)])  # nothing left to do
+    calibration.main(["--quick", "--models", "lognormal", "--out", str(out)])  # nothing left to do
     assert out.with_name("calibration_records.jsonl").read_text().splitlines() == records
+    # --report rewrites the results from the records alone, even for a model never fitted.
+    calibration.main(["--quick", "--report", "--models", "lognormal", "gamma", "--out", str(out)])
+    assert out.with_name("calibration_records.jsonl").read_text().splitlines() == records
+    assert json.loads(out.with_suffix(".json").read_text())["rows"] == rows
