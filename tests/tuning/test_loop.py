@@ -18,6 +18,7 @@ from ax.core.search_space import SearchSpace
 from ax.core.trial_status import TrialStatus
 
 from gpar_bo.problems.toy import toy_problem
+from gpar_bo.tuning.jobs import read_job
 from gpar_bo.tuning.loop import EpochBudget, tune
 from gpar_bo.tuning.snapshot import load_snapshot
 from gpar_bo.cli import build_parser, main
@@ -84,8 +85,11 @@ def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path) -> Non
         assert after.trials[index].status == TrialStatus.COMPLETED
         assert curves_after[index] == curves_before[index]
         assert len(curves_after[index]) == EPOCHS
-    for index in running:
-        assert after.trials[index].status in (TrialStatus.FAILED, TrialStatus.COMPLETED)
+    for index in running:  # interrupted, then resumed from their checkpoints
+        assert after.trials[index].status in (TrialStatus.COMPLETED, TrialStatus.EARLY_STOPPED)
+        assert after.trials[index].status != TrialStatus.FAILED
+        steps = [s for s, _ in read_job(after.trials[index].run_metadata["progress_file"]).steps]
+        assert steps == list(range(1, len(steps) + 1))  # none lost, none trained twice
     new = set(after.trials) - set(before.trials)
     assert len(new) == 3
     assert all(after.trials[i].status.is_terminal for i in new)
@@ -99,8 +103,17 @@ def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path) -> Non
     assert len(best["values"]) == EPOCHS
     assert best["final"] == min(t["values"][-1] for t in report["trials"]
                                 if len(t["steps"]) == EPOCHS)
+    saved = 0
     for trial in report["trials"]:
         assert trial["stopped"] == (trial["status"] == "EARLY_STOPPED")
+        # A stop saves every epoch after the one it was decided on; the job trained none.
+        job = read_job(after.trials[trial["index"]].run_metadata["progress_file"])
+        assert len(job.steps) == len(trial["steps"])
+        assert trial["epochs_saved"] == (EPOCHS - len(trial["steps"]) if trial["stopped"] else 0)
+        if trial["stopped"]:
+            assert job.status["status"] == "stopped" and job.status["step"] == trial["steps"][-1]
+        saved += trial["epochs_saved"]
+    assert report["epochs_saved"] == saved
         if len(trial["steps"]) < EPOCHS:  # stopped (or failed) before the final epoch
             band = trial["predicted_final"]
             assert band["q05"] <= band["mean"] <= band["q95"]
