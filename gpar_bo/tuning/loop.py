@@ -60,7 +60,7 @@ from gpar_bo.tuning.checks import (
     check_scheduler,
     check_tune_options,
 )
-from gpar_bo.tuning.errors import TuneError, TuneSettingsError
+from gpar_bo.tuning.errors import TuneError
 from gpar_bo.tuning.jobs import DEFAULT_VERDICT_TIMEOUT
 from gpar_bo.tuning.lock import DirectoryLock
 from gpar_bo.tuning.orchestrator import VerdictOrchestrator
@@ -268,9 +268,7 @@ def tune(
         TuneError: Too many trials failed (the message gives their recorded errors).
     """
     check_tune_options(problem, budget_epochs, workers, num_sobol_trials, threshold,
-                       min_epochs, max_trials)
-    if not verdict_timeout > 0:
-        raise TuneSettingsError(f"verdict_timeout must be > 0 seconds (got {verdict_timeout}).")
+                       min_epochs, max_trials, verdict_timeout)
     check_job(problem)
     if use_dask and scheduler_address is not None:
         check_scheduler(scheduler_address, scheduler_timeout)

@@ -164,7 +164,8 @@ class CurveRunner(Runner):
         verdict_timeout: float | None = DEFAULT_VERDICT_TIMEOUT,
     ) -> None:
         if verdict_timeout is not None and not verdict_timeout > 0:
-            raise ValueError(f"verdict_timeout must be > 0 seconds or None, got {verdict_timeout}.")
+            raise ValueError(
+                f"verdict_timeout must be > 0 seconds or None, got {verdict_timeout}.")
         self.train = train
         self.directory = str(directory)
         self.train_kwargs = dict(train_kwargs or {})

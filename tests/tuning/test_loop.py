@@ -158,6 +158,7 @@ def test_tune_cli_parses_and_runs_a_small_mnist_job(tmp_path: Path, capsys) -> N
     summary = json.loads(capsys.readouterr().out)
     assert summary["best"] is not None and 0.0 <= summary["best"]["val_error"] <= 1.0
     assert summary["trials"] == 3 and summary["epochs_trained"] <= 6
+    assert summary["epochs_saved"] == 0  # 2-epoch trials: none stopped
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["metric"] == "val_error"
     assert set(report["best"]["parameters"]) == {
@@ -169,7 +170,8 @@ def test_tune_cli_parses_and_runs_a_small_mnist_job(tmp_path: Path, capsys) -> N
     [(["--workers", "0"], "workers must be >= 1"),
      (["--budget", "3"], "must cover one full trial"),
      (["--min-epochs", "0"], "min_epochs must be in"),
-     (["--threshold", "1.5"], "threshold must be a probability")],
+     (["--threshold", "1.5"], "threshold must be a probability"),
+     (["--verdict-timeout", "0"], "verdict_timeout must be > 0")],
 )
 def test_tune_cli_rejects_settings_that_cannot_run(
     flags: list[str], message: str, tmp_path: Path, capsys
