@@ -66,6 +66,7 @@ __all__ = [
     "Report",
     "VERDICTS",
     "accepts_checkpoint_dir",
+    "append_status",
     "create_progress_file",
     "exit_with_parent",
     "is_interrupted",

@@ -209,7 +209,10 @@ class CurveRunner(Runner):
         if stop_running:
             resumable = self.resumable
             for index, future in self._futures.items():
-                if not future.done():
+                given = read_verdict(self.verdict_file(index)) or {}
+                # A stop (or pause) the job has not read yet stands: Ax already counts
+                # the trial as stopped.
+                if not future.done() and given.get("verdict") not in ("stop", "pause"):
                     write_verdict(self.verdict_file(index), None,
                                   "pause" if resumable else "stop", INTERRUPTED)
         if self._executor is not None:

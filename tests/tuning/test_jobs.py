@@ -205,3 +205,17 @@ def test_a_stop_for_a_paused_trial_is_recorded_in_its_file(tmp_path: Path) -> No
     assert read_job(path).status == {"status": "stopped", "step": 1.0, "reason": "GPAR"}
     assert runner.poll_trial_status([trial]) == {TrialStatus.EARLY_STOPPED: {0}}
     assert runner.paused([trial]) == set()
+
+
+def test_shutdown_keeps_a_stop_the_job_has_not_read_yet(tmp_path: Path) -> None:
+    experiment = _experiment(tmp_path)
+    runner = experiment.runner
+    trial = experiment.new_trial().add_arm(Arm(PARAMETERS))
+    trial.run()
+    try:
+        _wait(lambda: runner.awaiting([trial]) == {trial.index: 1.0}, "a verdict wait")
+        runner.stop(trial, "GPAR")
+    finally:
+        runner.shutdown()  # at once: Ax marks the trial stopped as soon as stop() returns
+    job = read_job(runner.progress_file(trial.index))
+    assert job.status == {"status": "stopped", "step": 1.0, "reason": "GPAR"}
