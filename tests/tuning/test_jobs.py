@@ -214,6 +214,7 @@ def test_shutdown_keeps_a_stop_the_job_has_not_read_yet(tmp_path: Path) -> None:
     trial.run()
     try:
         _wait(lambda: runner.awaiting([trial]) == {trial.index: 1.0}, "a verdict wait")
+        time.sleep(1.0)  # the job now reads its verdict file every 0.2 s
         runner.stop(trial, "GPAR")
     finally:
         runner.shutdown()  # at once: Ax marks the trial stopped as soon as stop() returns
