@@ -296,9 +296,21 @@ class CurveRunner(Runner):
                 "checkpoint_dir": checkpoint_dir}
 
     def poll_available_capacity(self) -> int:
-        # A job waiting for its verdict holds its worker; a paused one has freed it.
-        busy = sum(not future.done() for future in self._futures.values())
+        """Workers free: a job waiting for its verdict holds its worker, a paused one does
+        not, and neither does one told to stop or pause.
+
+        A job told to stop or pause is over for Ax (its trial may already be
+        EARLY_STOPPED) and ends at its next report, at once if it waits; counting it
+        busy could leave Ax with no running trial and no capacity. A job started
+        meanwhile waits in the executor's queue for that worker.
+        """
+        busy = sum(not future.done() and not self._ending(index)
+                   for index, future in self._futures.items())
         return max(self.max_workers - busy, 0)
+
+    def _ending(self, index: int) -> bool:
+        verdict = read_verdict(self.verdict_file(index))
+        return verdict is not None and verdict.get("verdict") in ("stop", "pause")
 
     # ------------------------------------------------------ pause and resume
     def _awaited_step(self, index: int, job: JobRecord) -> float | None:

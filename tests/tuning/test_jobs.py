@@ -157,6 +157,7 @@ def test_the_runner_pauses_frees_the_worker_and_resumes(tmp_path: Path) -> None:
         assert runner.verdict(trial, "continue")
         _wait(lambda: runner.awaiting([trial]) == {trial.index: 2.0}, "the wait after epoch 2")
         assert runner.verdict(trial, "pause")
+        assert runner.poll_available_capacity() == 1  # told to pause: over for Ax
         _wait(lambda: runner.paused([trial]) == {trial.index}, "the pause")
         assert runner.poll_trial_status([trial]) == {TrialStatus.RUNNING: {trial.index}}
         assert runner.poll_available_capacity() == 1  # a paused one does not
