@@ -9,6 +9,8 @@ import signal
 import sys
 from pathlib import Path
 
+from gpar_bo.tuning.jobs import DEFAULT_VERDICT_TIMEOUT
+
 __all__ = ["add_tune_parser", "run_tune"]
 
 
@@ -52,6 +54,9 @@ def add_tune_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
                    help="address of an existing dask scheduler, e.g. tcp://host:8786")
     p.add_argument("--scheduler-timeout", type=float, default=10.0,
                    help="seconds to wait for --scheduler to answer at start (default 10)")
+    p.add_argument("--verdict-timeout", type=float, default=DEFAULT_VERDICT_TIMEOUT,
+                   help="seconds a job waits after an epoch for the tuner's verdict before "
+                        "it pauses (default 300)")
     p.add_argument("--recover", action="store_true",
                    help="if OUT/snapshot.json is damaged or missing, resume from its last "
                         "good copy (snapshot.json.bak) or rebuild the run from OUT/runs/")
@@ -85,7 +90,7 @@ def run_tune(args: argparse.Namespace) -> int:
     from gpar_bo.tuning.loop import tune
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    # `kill` (SIGTERM) ends the loop like Ctrl-C: snapshot saved, jobs stopped.
+    # `kill` (SIGTERM) ends the loop like Ctrl-C: snapshot saved, jobs paused.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     # GPAR's small GP fits are fastest on one thread; the workers train on one each.
     torch.set_num_threads(1)
@@ -104,6 +109,7 @@ def run_tune(args: argparse.Namespace) -> int:
             min_epochs=args.min_epochs, use_dask=args.dask or args.scheduler is not None,
             scheduler_address=args.scheduler, seed=args.seed, progress=not args.no_progress,
             recover=args.recover, scheduler_timeout=args.scheduler_timeout,
+            verdict_timeout=args.verdict_timeout,
             **({} if args.thorough_gpar else FAST_GPAR),
         )
     except TuneSettingsError as error:
@@ -120,6 +126,7 @@ def run_tune(args: argparse.Namespace) -> int:
         "trials": len(report["trials"]),
         "early_stopped": sum(t["stopped"] for t in report["trials"]),
         "epochs_trained": report["epochs_trained"],
+        "epochs_saved": report["epochs_saved"],
         "best": None if best is None else {
             "trial_index": best["trial_index"], "val_error": best["final"],
             "parameters": best["parameters"],

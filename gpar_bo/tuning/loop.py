@@ -20,6 +20,13 @@ their reported epochs and their final status (interrupted jobs are FAILED), and
 generation goes on from the stored generation strategy. After ``kill -9`` at any
 moment no trial is lost, rerun or overwritten.
 
+Jobs wait after each epoch for their verdict (:mod:`gpar_bo.tuning.jobs`), which the
+Orchestrator gives at each poll once early stopping has seen that epoch
+(:mod:`gpar_bo.tuning.orchestrator`): a stopped trial trains no epoch past the
+checkpoint at which it was stopped. Resumable jobs pause when this process ends
+(Ctrl-C, or no verdict within ``verdict_timeout`` after a crash) and are resumed
+from their checkpoint by the next run.
+
 The budget counts epochs: no new trial starts once the epochs trained plus those
 the running trials may still train, plus one full trial, would exceed it.
 """
@@ -42,11 +49,7 @@ from ax.core.search_space import SearchSpace
 from ax.core.trial_status import TrialStatus
 from ax.generation_strategy.generation_strategy import GenerationStrategy
 from ax.global_stopping.strategies.base import BaseGlobalStoppingStrategy
-from ax.orchestration.orchestrator import (
-    FailureRateExceededError,
-    Orchestrator,
-    OrchestratorOptions,
-)
+from ax.orchestration.orchestrator import FailureRateExceededError, OrchestratorOptions
 
 from gpar_bo.ax.checkpoints import Checkpoints
 from gpar_bo.ax.early_stopping import GPAREarlyStoppingStrategy
@@ -58,7 +61,9 @@ from gpar_bo.tuning.checks import (
     check_tune_options,
 )
 from gpar_bo.tuning.errors import TuneError
+from gpar_bo.tuning.jobs import DEFAULT_VERDICT_TIMEOUT
 from gpar_bo.tuning.lock import DirectoryLock
+from gpar_bo.tuning.orchestrator import VerdictOrchestrator
 from gpar_bo.tuning.recovery import reconcile, sync_trial_data
 from gpar_bo.tuning.report import write_report
 from gpar_bo.tuning.resume import open_experiment
@@ -170,8 +175,8 @@ def _new_experiment(problem: TuningProblem, runner: CurveRunner) -> Experiment:
     )
 
 
-class _WriteAheadOrchestrator(Orchestrator):
-    """An Orchestrator that saves the snapshot before it starts any job.
+class _WriteAheadOrchestrator(VerdictOrchestrator):
+    """A verdict-giving Orchestrator that saves the snapshot before it starts any job.
 
     The trials about to run are then in the snapshot (as CANDIDATE) before their
     jobs exist, so a crash at any later moment cannot leave a job the snapshot does
@@ -220,6 +225,7 @@ def tune(
     max_trials: int | None = None,
     recover: bool = False,
     scheduler_timeout: float = 10.0,
+    verdict_timeout: float = DEFAULT_VERDICT_TIMEOUT,
 ) -> dict[str, Any]:
     """Tune ``problem`` under an epoch budget; resume if ``directory`` has a snapshot.
 
@@ -247,6 +253,10 @@ def tune(
             copy, or rebuild the experiment from ``runs/`` (see
             :mod:`gpar_bo.tuning.resume`).
         scheduler_timeout: Seconds to wait for ``scheduler_address`` to answer.
+        verdict_timeout: Seconds a job waits for its verdict after each epoch before
+            it pauses (a job that cannot pause stops, as interrupted): the longest the
+            jobs train on, or sit idle, without this process. Must exceed the time
+            of one poll, GPAR's fits included.
 
     Returns:
         The final report (see :func:`gpar_bo.tuning.report.build_report`).
@@ -258,7 +268,7 @@ def tune(
         TuneError: Too many trials failed (the message gives their recorded errors).
     """
     check_tune_options(problem, budget_epochs, workers, num_sobol_trials, threshold,
-                       min_epochs, max_trials)
+                       min_epochs, max_trials, verdict_timeout)
     check_job(problem)
     if use_dask and scheduler_address is not None:
         check_scheduler(scheduler_address, scheduler_timeout)
@@ -271,6 +281,7 @@ def tune(
             progress=progress, fit_kwargs=fit_kwargs,
             acqf_optimizer_kwargs=acqf_optimizer_kwargs, poll_seconds=poll_seconds,
             report_seconds=report_seconds, max_trials=max_trials, recover=recover,
+            verdict_timeout=verdict_timeout,
         )
 
 
@@ -280,6 +291,7 @@ def _tune_locked(
     scheduler_address: str | None, seed: int, progress: bool,
     fit_kwargs: Mapping[str, Any] | None, acqf_optimizer_kwargs: Mapping[str, Any] | None,
     poll_seconds: float, report_seconds: float, max_trials: int | None, recover: bool,
+    verdict_timeout: float,
 ) -> dict[str, Any]:
     """:func:`tune` once its checks passed and it holds the directory's lock."""
     from tqdm.auto import tqdm
@@ -287,7 +299,8 @@ def _tune_locked(
     snapshot = directory / SNAPSHOT
     runner = CurveRunner(problem.train, str(directory / "runs"), problem.train_kwargs,
                          max_workers=workers, use_dask=use_dask,
-                         scheduler_address=scheduler_address, final_step=problem.epochs)
+                         scheduler_address=scheduler_address, final_step=problem.epochs,
+                         verdict_timeout=verdict_timeout)
 
     def new() -> tuple[Experiment, GenerationStrategy]:
         return _new_experiment(problem, runner), gpar_generation_strategy(

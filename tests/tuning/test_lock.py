@@ -61,7 +61,8 @@ def test_a_second_process_is_refused_and_a_killed_holders_lock_taken_over(
         for name, text in files_before.items():  # the second touched none of its files
             assert (out / "runs" / name).read_text().startswith(text)
         # The second did not stop the first's running trials as "interrupted".
-        assert not [p for p in (out / "runs").glob("*.stop") if INTERRUPTED in p.read_text()]
+        assert not [p for p in (out / "runs").glob("*.verdict")
+                    if INTERRUPTED in p.read_text()]
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()

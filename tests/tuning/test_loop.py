@@ -18,6 +18,7 @@ from ax.core.search_space import SearchSpace
 from ax.core.trial_status import TrialStatus
 
 from gpar_bo.problems.toy import toy_problem
+from gpar_bo.tuning.jobs import read_job
 from gpar_bo.tuning.loop import EpochBudget, tune
 from gpar_bo.tuning.snapshot import load_snapshot
 from gpar_bo.cli import build_parser, main
@@ -84,8 +85,10 @@ def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path) -> Non
         assert after.trials[index].status == TrialStatus.COMPLETED
         assert curves_after[index] == curves_before[index]
         assert len(curves_after[index]) == EPOCHS
-    for index in running:
-        assert after.trials[index].status in (TrialStatus.FAILED, TrialStatus.COMPLETED)
+    for index in running:  # interrupted, then resumed from their checkpoints
+        assert after.trials[index].status in (TrialStatus.COMPLETED, TrialStatus.EARLY_STOPPED)
+        steps = [s for s, _ in read_job(after.trials[index].run_metadata["progress_file"]).steps]
+        assert steps == list(range(1, len(steps) + 1))  # none lost, none trained twice
     new = set(after.trials) - set(before.trials)
     assert len(new) == 3
     assert all(after.trials[i].status.is_terminal for i in new)
@@ -99,6 +102,7 @@ def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path) -> Non
     assert len(best["values"]) == EPOCHS
     assert best["final"] == min(t["values"][-1] for t in report["trials"]
                                 if len(t["steps"]) == EPOCHS)
+    total_saved = 0
     for trial in report["trials"]:
         assert trial["stopped"] == (trial["status"] == "EARLY_STOPPED")
         if len(trial["steps"]) < EPOCHS:  # stopped (or failed) before the final epoch
@@ -106,6 +110,14 @@ def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path) -> Non
             assert band["q05"] <= band["mean"] <= band["q95"]
         else:
             assert "predicted_final" not in trial
+        # A stop saves every epoch after the one it was decided on; the job trained none.
+        job = read_job(after.trials[trial["index"]].run_metadata["progress_file"])
+        assert len(job.steps) == len(trial["steps"])
+        assert trial["epochs_saved"] == (EPOCHS - len(trial["steps"]) if trial["stopped"] else 0)
+        if trial["stopped"]:
+            assert job.status["status"] == "stopped" and job.status["step"] == trial["steps"][-1]
+        total_saved += trial["epochs_saved"]
+    assert report["epochs_saved"] == total_saved
     assert (out / "report.png").stat().st_size > 0
 
 
@@ -146,6 +158,7 @@ def test_tune_cli_parses_and_runs_a_small_mnist_job(tmp_path: Path, capsys) -> N
     summary = json.loads(capsys.readouterr().out)
     assert summary["best"] is not None and 0.0 <= summary["best"]["val_error"] <= 1.0
     assert summary["trials"] == 3 and summary["epochs_trained"] <= 6
+    assert summary["epochs_saved"] == 0  # 2-epoch trials: none stopped
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["metric"] == "val_error"
     assert set(report["best"]["parameters"]) == {
@@ -157,7 +170,8 @@ def test_tune_cli_parses_and_runs_a_small_mnist_job(tmp_path: Path, capsys) -> N
     [(["--workers", "0"], "workers must be >= 1"),
      (["--budget", "3"], "must cover one full trial"),
      (["--min-epochs", "0"], "min_epochs must be in"),
-     (["--threshold", "1.5"], "threshold must be a probability")],
+     (["--threshold", "1.5"], "threshold must be a probability"),
+     (["--verdict-timeout", "0"], "verdict_timeout must be > 0")],
 )
 def test_tune_cli_rejects_settings_that_cannot_run(
     flags: list[str], message: str, tmp_path: Path, capsys

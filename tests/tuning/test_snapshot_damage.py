@@ -33,6 +33,11 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def _contents(runs: Path) -> dict[str, bytes]:
+    """Every file under ``runs/``: progress and verdict files, checkpoints."""
+    return {str(p.relative_to(runs)): p.read_bytes() for p in runs.rglob("*") if p.is_file()}
+
+
 def _copy(run: Path, tmp_path: Path) -> Path:
     out = tmp_path / "out"
     shutil.copytree(run, out)
@@ -72,7 +77,7 @@ def test_a_damaged_snapshot_is_a_clear_error_and_the_last_good_copy_resumes(
     trials, steps = _curves(out)
     damage = _damage(out / "snapshot.json", how)
     damaged = (out / "snapshot.json").read_text()
-    runs = {p.name: p.read_text() for p in (out / "runs").iterdir()}
+    runs = _contents(out / "runs")
     from gpar_bo.tuning.snapshot import SnapshotDamaged
 
     with pytest.raises(SnapshotDamaged) as error:
@@ -86,7 +91,7 @@ def test_a_damaged_snapshot_is_a_clear_error_and_the_last_good_copy_resumes(
     assert _curves(out) == (trials, steps)  # every trial, status and epoch
     assert report["epochs_trained"] == 3 * EPOCHS
     assert (out / "snapshot.json.damaged").read_text() == damaged  # kept, not deleted
-    assert {p.name: p.read_text() for p in (out / "runs").iterdir()} == runs
+    assert _contents(out / "runs") == runs
 
 
 def test_without_a_good_copy_the_run_is_rebuilt_from_its_progress_files(
