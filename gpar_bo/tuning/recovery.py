@@ -42,7 +42,7 @@ from gpar_bo.tuning.errors import TuneError
 from gpar_bo.tuning.jobs import JobRecord, read_job
 from gpar_bo.tuning.runner import INTERRUPTED, CurveMetric, CurveRunner
 
-__all__ = ["Reconciliation", "progress_files", "reconcile", "sync_trial_data"]
+__all__ = ["Reconciliation", "apply_status", "progress_files", "reconcile", "sync_trial_data"]
 
 logger = logging.getLogger(__name__)
 
@@ -142,7 +142,8 @@ def sync_trial_data(experiment: Experiment, trials: list[BaseTrial] | None = Non
     return len({int(i) for batch in batches for i in batch.trial_indices})
 
 
-def _apply(trial: BaseTrial, status: TrialStatus, reason: str) -> None:
+def apply_status(trial: BaseTrial, status: TrialStatus, reason: str) -> None:
+    """Give an unfinished trial its final ``status`` (RUNNING leaves it running)."""
     if trial.status in (TrialStatus.CANDIDATE, TrialStatus.STAGED):
         trial.mark_running(no_runner_required=True, unsafe=True)
     if status == TrialStatus.COMPLETED:
@@ -202,7 +203,7 @@ def reconcile(experiment: Experiment, runner: CurveRunner,
             status = TrialStatus.FAILED  # Ax keeps no early-stopped trial without data
         # Its epochs first: Ax refuses some statuses to a trial without data.
         sync_trial_data(experiment, [trial])
-        _apply(trial, status, runner.poll_exception(trial) if status != TrialStatus.COMPLETED
+        apply_status(trial, status, runner.poll_exception(trial) if status != TrialStatus.COMPLETED
                else "")
         done.settled[trial.index] = status
         if not job.steps and status == TrialStatus.FAILED:
