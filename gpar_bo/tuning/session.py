@@ -160,7 +160,8 @@ def finish_run(directory: Path, experiment: Experiment, strategy: GenerationStra
     snapshot = directory / SNAPSHOT
     save_snapshot(snapshot, experiment, strategy)
     runner.shutdown()  # waits for local jobs to finish their current epoch
-    experiment.fetch_data()
+    # From the progress files, not ``experiment.fetch_data()``: every metric is a
+    # CurveMetric, and Ax's fetch raises for a trial that has not reported yet.
     sync_trial_data(experiment)
     save_snapshot(snapshot, experiment, strategy)
 
