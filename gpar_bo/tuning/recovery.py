@@ -52,7 +52,7 @@ from gpar_bo.tuning.jobs import (
 )
 from gpar_bo.tuning.runner import CurveMetric, CurveRunner
 
-__all__ = ["Reconciliation", "progress_files", "reconcile", "sync_trial_data"]
+__all__ = ["Reconciliation", "apply_status", "progress_files", "reconcile", "sync_trial_data"]
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +164,8 @@ def sync_trial_data(experiment: Experiment, trials: list[BaseTrial] | None = Non
     return len({int(i) for batch in batches for i in batch.trial_indices})
 
 
-def _apply(trial: BaseTrial, status: TrialStatus, reason: str) -> None:
+def apply_status(trial: BaseTrial, status: TrialStatus, reason: str) -> None:
+    """Give an unfinished trial its final ``status`` (RUNNING leaves it running)."""
     if trial.status in (TrialStatus.CANDIDATE, TrialStatus.STAGED):
         trial.mark_running(no_runner_required=True, unsafe=True)
     if status == TrialStatus.COMPLETED:
@@ -224,7 +225,7 @@ def reconcile(experiment: Experiment, runner: CurveRunner,
             status = TrialStatus.FAILED  # Ax keeps no early-stopped trial without data
         # Its epochs first: Ax refuses some statuses to a trial without data.
         sync_trial_data(experiment, [trial])
-        _apply(trial, status, runner.poll_exception(trial) if status != TrialStatus.COMPLETED
+        apply_status(trial, status, runner.poll_exception(trial) if status != TrialStatus.COMPLETED
                else "")
         done.settled[trial.index] = status
         if not job.steps and status == TrialStatus.FAILED:

@@ -96,7 +96,7 @@ def test_the_cli_refuses_a_locked_directory_in_one_line(
     from gpar_bo.tuning.lock import DirectoryLock
 
     with DirectoryLock(tmp_path):
-        code = main(["tune", "--out", str(tmp_path), "--epochs", "3", "--budget", "6",
+        code = main(["tune", "--scheduler", "early-stopping", "--out", str(tmp_path), "--epochs", "3", "--budget", "6",
                      "--max-examples", "300", "--no-progress"])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err

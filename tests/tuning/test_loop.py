@@ -44,7 +44,7 @@ def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path) -> Non
         from gpar_bo.tuning.loop import tune
         if __name__ == "__main__":
             torch.set_num_threads(1)
-            tune(toy_problem({EPOCHS}, 0.15), sys.argv[1], 1000, num_sobol_trials=4,
+            tune(toy_problem({EPOCHS}, 0.15), sys.argv[1], 1000, scheduler="early-stopping", num_sobol_trials=4,
                  poll_seconds=0.2, progress=False, **{FAST!r})
     """))
     # Its own session, so that killing it takes its workers down too (a crash).
@@ -73,9 +73,9 @@ def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path) -> Non
 
     for other in (toy_problem(EPOCHS + 1, 0.15), toy_problem(EPOCHS, 0.3)):  # epochs; job settings
         with pytest.raises(ValueError, match="another tuning experiment"):
-            tune(other, out, 1000, progress=False)
+            tune(other, out, 1000, scheduler="early-stopping", progress=False)
     # A high threshold makes early stopping near-certain on this problem.
-    report = tune(toy_problem(EPOCHS, 0.15), out, 1000, num_sobol_trials=4, poll_seconds=0.2,
+    report = tune(toy_problem(EPOCHS, 0.15), out, 1000, scheduler="early-stopping", num_sobol_trials=4, poll_seconds=0.2,
                   threshold=0.3, min_epochs=2, progress=False,
                   max_trials=len(before.trials) + 3, **FAST)
 
@@ -139,7 +139,7 @@ def test_a_relative_output_directory_is_stored_absolute(
 ) -> None:
     # A resume from another working directory must still find the progress files.
     monkeypatch.chdir(tmp_path)
-    tune(toy_problem(3), "out", 6, num_sobol_trials=2, workers=1, poll_seconds=0.1,
+    tune(toy_problem(3), "out", 6, scheduler="early-stopping", num_sobol_trials=2, workers=1, poll_seconds=0.1,
          progress=False)
     experiment, _ = load_snapshot(tmp_path / "out" / "snapshot.json")
     assert Path(experiment.runner.directory) == tmp_path.resolve() / "out" / "runs"
@@ -151,8 +151,9 @@ def test_a_relative_output_directory_is_stored_absolute(
 def test_tune_cli_parses_and_runs_a_small_mnist_job(tmp_path: Path, capsys) -> None:
     args = build_parser().parse_args(["tune", "--budget", "7"])
     assert args.budget == 7 and args.epochs == 10 and args.workers == 2
+    assert args.scheduler == "freeze-thaw" and args.dask_scheduler is None
     # Two Sobol trials, then one GPAR trial on the six MLP hyperparameters.
-    code = main(["tune", "--out", str(tmp_path), "--max-examples", "300", "--epochs", "2",
+    code = main(["tune", "--scheduler", "early-stopping", "--out", str(tmp_path), "--max-examples", "300", "--epochs", "2",
                  "--budget", "6", "--sobol-trials", "2", "--workers", "2", "--no-progress"])
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
@@ -177,6 +178,6 @@ def test_tune_cli_rejects_settings_that_cannot_run(
     flags: list[str], message: str, tmp_path: Path, capsys
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        main(["tune", "--out", str(tmp_path), "--epochs", "4", *flags])
+        main(["tune", "--scheduler", "early-stopping", "--out", str(tmp_path), "--epochs", "4", *flags])
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
     assert not any(tmp_path.iterdir())  # nothing started
