@@ -314,12 +314,20 @@ class FreezeThawLoop:
             trial.run()
 
     def start_pending(self) -> None:
-        """Start the trials decided before a crash whose jobs never started."""
+        """Start the trials decided before a crash whose jobs never started or never
+        reported (the reconciliation records the latter paused at no checkpoint, which
+        the policy cannot hold: it pauses runs only at a checkpoint)."""
         for trial in list(self.experiment.trials.values()):
             if trial.status in (TrialStatus.CANDIDATE, TrialStatus.STAGED) and trial.arms:
                 logger.info("Starting trial %d, decided before the last run ended.",
                             trial.index)
                 trial.run()
+        running = self._running()
+        for index in sorted(self.runner.paused(running)):
+            if not self._has_data(index):
+                logger.info("Restarting trial %d, started before the last run ended but "
+                            "with no epoch reported.", index)
+                self.runner.resume(self.experiment.trials[index])
 
     def end(self) -> bool:
         """With the budget spent and no job training or awaiting: mark the paused

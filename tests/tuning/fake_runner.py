@@ -52,13 +52,17 @@ class FakeRunner(CurveRunner):
                  resumable: bool = True, crash_at_poll: int | None = None) -> None:
         super().__init__(train, directory, train_kwargs, max_workers=max_workers,
                          final_step=final_step)
-        self.resumable = resumable
+        self.jobs_resumable = resumable
         self.crash_at_poll = crash_at_poll
         self.jobs: dict[int, dict[str, Any]] = {}
         self.events: list[tuple[str, int, int]] = []
         self.polls = 0
         self.epochs_trained = 0
         self.crashed = False
+
+    @property
+    def resumable(self) -> bool:
+        return self.jobs_resumable
 
     # ------------------------------------------------------------ simulation
     def _curve(self, trial: BaseTrial) -> list[float]:
@@ -105,11 +109,12 @@ class FakeRunner(CurveRunner):
         arm = trial.arms[0]
         create_progress_file(self.progress_file(trial.index), {
             "trial": trial.index, "arm": arm.name, "parameters": dict(arm.parameters),
-            "train": self.train, "train_kwargs": self.train_kwargs})
+            "train": self.train, "train_kwargs": self.train_kwargs,
+            "checkpoint_dir": str(self.checkpoint_dir(trial.index)) if self.resumable else None})
         self.jobs[trial.index] = {"state": "queued", "step": 0, "curve": self._curve(trial)}
         self.events.append(("start", trial.index, 0))
         return {"progress_file": str(self.progress_file(trial.index)),
-                "stop_file": str(self.stop_file(trial.index))}
+                "verdict_file": str(self.verdict_file(trial.index))}
 
     def poll_available_capacity(self) -> int:
         queued = sum(job["state"] == "queued" for job in self.jobs.values())
@@ -132,8 +137,9 @@ class FakeRunner(CurveRunner):
         return statuses
 
     def _adopt(self, index: int) -> dict[str, Any]:
-        """A job of an earlier tuning process: paused if its file says so, else it
-        died with that process (no job of this runner writes its file)."""
+        """A job of an earlier tuning process: paused if its file says so (the
+        reconciliation pauses dead resumable jobs), else it died with that process
+        (no job of this runner writes its file)."""
         lines = [json.loads(line) for line in self.progress_file(index).read_text().splitlines()]
         last = [r for r in lines if "status" in r or "started" in r]
         record = read_job(self.progress_file(index))

@@ -133,6 +133,11 @@ def test_a_crash_loses_no_trial_and_paused_runs_stay_resumable(
               if t.status == TrialStatus.RUNNING
               and '"status": "paused"' in files[f"trial_{i}.jsonl"].splitlines()[-1]}
     assert paused, "the crash should find paused runs"
+    # Jobs that were training or awaiting a verdict died with the process; their
+    # checkpoints hold every epoch they reported, so they come back paused.
+    died = {i for i, t in before.trials.items()
+            if t.status == TrialStatus.RUNNING and i not in paused}
+    assert died, "the crash should find jobs that were training or awaiting a verdict"
 
     class ResumeFirst(FreezeThawPolicy):
         """The policy, except that its first decision resumes a paused run."""
@@ -149,13 +154,14 @@ def test_a_crash_loses_no_trial_and_paused_runs_stay_resumable(
     assert set(before.trials) <= set(after.trials)
     for name, text in files.items():  # never overwritten
         assert (tmp_path / "runs" / name).read_text().startswith(text)
-    for index in paused:  # resumed after the crash, or paused to the end; never failed
+    for index in paused | died:  # resumed after the crash, or paused to the end; never failed
         resumed = any(e == ("resume", index, e[2]) for e in runner.events)
         assert resumed or after.trials[index].status == TrialStatus.EARLY_STOPPED
         assert after.trials[index].status != TrialStatus.FAILED
     # The first decision after the crash resumed a run paused before it, from its
     # checkpoint: it trains on from the next epoch.
-    event, index, step = next(e for e in runner.events if e[0] == "resume")
+    # (Jobs that died before their first report are restarted before any decision.)
+    event, index, step = next(e for e in runner.events if e[0] == "resume" and e[2] > 0)
     assert index in paused and step == len(before.lookup_data(
         trial_indices=[index]).full_df)
     assert report["epochs_trained"] <= budget
