@@ -340,6 +340,9 @@ class FreezeThawLoop:
             return False
         sync_trial_data(self.experiment, running)
         for trial in running:
+            # Its progress file says stopped too, so that a rebuild from ``runs/``
+            # (``--recover``) agrees with the snapshot.
+            self.runner.verdict(trial, "stop", "paused when the epoch budget was spent")
             trial.mark_early_stopped(reason="paused when the epoch budget was spent",
                                      unsafe=True)
         return True

@@ -180,6 +180,12 @@ class FakeRunner(CurveRunner):
 
     def verdict(self, trial: BaseTrial, verdict: str, reason: str | None = None) -> None:
         job = self.jobs[trial.index]
+        if job["state"] == "paused" and verdict == "stop":  # as CurveRunner: no job to tell
+            job["state"] = "stopped"
+            _append(self.progress_file(trial.index), {"status": "stopped",
+                                                      "reason": reason or ""})
+            self.events.append((verdict, trial.index, job["step"]))
+            return
         assert job["state"] == "awaiting", f"verdict {verdict} for a {job['state']} job"
         if verdict == "continue":
             job["state"] = "training"
