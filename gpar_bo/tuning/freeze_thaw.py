@@ -24,7 +24,7 @@ past its checkpoint.
 trained plus those committed (each training job to its next checkpoint) plus the
 decision's own (to the chosen run's next checkpoint) must fit. When a decision
 does not fit, the loop ends: no new decisions, awaiting jobs are stopped, and
-once no job trains, the paused trials are marked EARLY_STOPPED.
+once no job trains, the paused trials are stopped (EARLY_STOPPED).
 
 **In Ax** a paused trial stays RUNNING (it is not finished; its checkpoint is in
 ``runs/``), so JSON and SQLite storage need nothing new. A trial the policy
@@ -32,15 +32,15 @@ decides to start is saved in the snapshot before its job exists (write-ahead);
 verdicts and resumptions change no Ax state. After ``kill -9`` the next run
 reconciles the experiment with ``runs/`` (:mod:`gpar_bo.tuning.recovery`): paused
 trials stay RUNNING and resumable, trials decided but never started are started,
+jobs that were training or awaiting a verdict come back paused at their last
+report (their checkpoint holds it; jobs that never reported are started again),
 and the policy is rebuilt from the experiment (its model is refitted on the
 curves; its random stream is reseeded from the seed and the epochs trained).
 
-**Limits.** Trials whose jobs were training or awaiting a verdict when the tuning
-process died are FAILED on resume, like every interrupted job (their epochs are
-kept; they cannot be resumed). A run that ends by budget leaves its paused trials
-EARLY_STOPPED: a later run with a larger budget does not resume them. The metric
-must be positive and minimised (e.g. an error; the policy models its log).
-Parameter constraints are not supported.
+**Limits.** A run that ends by budget stops its paused trials (EARLY_STOPPED, and
+``stopped`` in their progress files): a later run with a larger budget does not resume
+them. The metric must be positive and minimised (e.g. an error; the policy models its
+log). Parameter constraints are not supported.
 """
 
 from __future__ import annotations
