@@ -57,7 +57,6 @@ from ax.core.base_trial import BaseTrial
 from ax.core.experiment import Experiment
 from ax.core.parameter import Parameter
 from ax.core.trial_status import TrialStatus
-from ax.generation_strategy.generation_strategy import GenerationStrategy
 from ax.global_stopping.strategies.base import BaseGlobalStoppingStrategy
 from ax.orchestration.orchestrator import FailureRateExceededError, OrchestratorOptions
 
@@ -70,7 +69,7 @@ from gpar_bo.tuning.checks import (
     check_scheduler,
     check_tune_options,
 )
-from gpar_bo.tuning.errors import TuneError
+from gpar_bo.tuning.errors import TuneError, TuneSettingsError
 from gpar_bo.tuning.jobs import DEFAULT_VERDICT_TIMEOUT
 from gpar_bo.tuning.lock import DirectoryLock
 from gpar_bo.tuning.orchestrator import VerdictOrchestrator
@@ -270,6 +269,11 @@ def tune(
     if runner is None:
         runner = make_runner(problem, directory, workers, use_dask, scheduler_address,
                              verdict_timeout)
+    if scheduler == "freeze-thaw" and not runner.resumable:
+        raise TuneSettingsError(
+            f"freeze-thaw pauses and resumes runs, but {runner.train} takes no "
+            "'checkpoint_dir' keyword (its jobs cannot resume): make it resumable (see "
+            "docs/tune.md) or use scheduler early-stopping.")
     with DirectoryLock(directory):
         if scheduler == "freeze-thaw":
             from gpar_bo.tuning.freeze_thaw import run_freeze_thaw

@@ -19,7 +19,7 @@ import gpar_bo.tuning.freeze_thaw as freeze_thaw_loop
 import gpar_bo.tuning.snapshot as snapshot_module
 from gpar_bo.freeze_thaw import Decision, FreezeThawPolicy
 from gpar_bo.problems.toy import toy_problem
-from gpar_bo.tuning.errors import TuneError, TuneSettingsError
+from gpar_bo.tuning.errors import TuneSettingsError
 from gpar_bo.tuning.freeze_thaw import FreezeThawLoop
 from gpar_bo.tuning.loop import tune
 from gpar_bo.tuning.session import new_experiment
@@ -182,10 +182,13 @@ def test_a_failed_fit_falls_back_to_successive_halving(
     assert runner.epochs_trained == report["epochs_trained"] == 20
 
 
-def test_a_job_that_cannot_pause_is_one_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(TuneError, match="cannot be paused: .*takes no checkpoint directory.*"
-                                        "--scheduler early-stopping"):
+def test_a_job_that_cannot_pause_is_one_clear_error_before_anything_starts(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(TuneSettingsError, match="takes no 'checkpoint_dir' keyword .*"
+                                                "scheduler early-stopping"):
         _run(tmp_path, 20, resumable=False)
+    assert not (tmp_path / "snapshot.json").exists()
 
 
 def test_settings_are_checked_before_anything_starts(tmp_path: Path) -> None:
