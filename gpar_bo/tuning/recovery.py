@@ -214,7 +214,10 @@ def reconcile(experiment: Experiment, runner: CurveRunner,
     done = Reconciliation()
     files = progress_files(runner.directory)
 
+    unchanged: list[int] = []  # paused before, paused now: nothing to report
+
     def settle(trial: BaseTrial) -> None:
+        was_paused = read_job(runner.progress_file(trial.index)).paused
         job = _settle_job(runner, trial.index, wait_seconds)
         trial.update_run_metadata({"progress_file": str(runner.progress_file(trial.index)),
                                    "verdict_file": str(runner.verdict_file(trial.index))})
@@ -228,6 +231,8 @@ def reconcile(experiment: Experiment, runner: CurveRunner,
         apply_status(trial, status, runner.poll_exception(trial) if status != TrialStatus.COMPLETED
                else "")
         done.settled[trial.index] = status
+        if was_paused and status == TrialStatus.RUNNING:
+            unchanged.append(trial.index)
         if not job.steps and status == TrialStatus.FAILED:
             logger.info("Trial %d was interrupted before its first epoch.", trial.index)
 
@@ -265,8 +270,12 @@ def reconcile(experiment: Experiment, runner: CurveRunner,
         done.recreated.append(index)
     sync_trial_data(experiment, [experiment.trials[i] for i in sorted(files)
                                  if i in experiment.trials])
-    if done.settled or done.recreated:
+    recovered = {i: s for i, s in done.settled.items()
+                 if i not in unchanged or i in done.recreated}
+    if recovered:
         logger.warning("Recovered from runs/: %s.", ", ".join(
             f"trial {i} {s.name}{' (rebuilt)' if i in done.recreated else ''}"
-            for i, s in sorted(done.settled.items())))
+            for i, s in sorted(recovered.items())))
+    if unchanged:
+        logger.info("%d paused trials stay paused: %s.", len(unchanged), sorted(unchanged))
     return done
