@@ -36,7 +36,6 @@ from torch import Tensor
 from gpar_bo.ax.checkpoints import Checkpoints
 from gpar_bo.ax.curves import ExperimentCurves, experiment_curves, objective_metric
 from gpar_bo.data import MIN_OBSERVATIONS_PER_OUTPUT
-from gpar_bo.freeze_thaw import CURVE_MODEL_OPTIONS
 from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
 from gpar_bo.refit import RefitSchedule
 
@@ -58,8 +57,7 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
         min_completed_trials: Trials that reached the final checkpoint before any
             stopping (at least 2, as GPAR needs two values of every output).
         num_samples: Monte Carlo samples of the final value.
-        gpar_options: Keyword arguments for ``GPARModel`` (default
-            ``CURVE_MODEL_OPTIONS``, D-GPAR-NL-X, as the freeze-thaw policy).
+        gpar_options: Keyword arguments for ``GPARModel``.
         fit_kwargs: Keyword arguments for each conditional's ``fit_gpytorch_mll``.
         seed: Seed of the Monte Carlo samples (decisions are reproducible).
         refit_growth: Re-optimise GPAR's hyperparameters only once the number of
@@ -95,7 +93,7 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
         self.min_completed_trials = min_completed_trials
         self.threshold = threshold
         self.num_samples = num_samples
-        self.gpar_options = dict(CURVE_MODEL_OPTIONS if gpar_options is None else gpar_options)
+        self.gpar_options = dict(gpar_options or {})
         self.fit_kwargs = dict(fit_kwargs or {})
         self.seed = seed
         self.refit_growth = refit_growth

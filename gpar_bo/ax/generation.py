@@ -53,7 +53,6 @@ from torch import Tensor
 
 from gpar_bo.ax.checkpoints import Checkpoints
 from gpar_bo.ax.curves import curve_table, curves_with_gaps, observed_checkpoints
-from gpar_bo.freeze_thaw import CURVE_MODEL_OPTIONS
 from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
 
 __all__ = [
@@ -350,8 +349,7 @@ def gpar_generation_strategy(
             checkpoint, needs two observations. Until then Sobol continues, so
             parallel workers stay busy while the first runs finish.
         gpar_options: Keyword arguments for ``GPARModel`` (``kernel``, ``markov``,
-            ``denoise``, ...); default ``CURVE_MODEL_OPTIONS``, the variant the
-            benchmarks and the freeze-thaw policy use (D-GPAR-NL-X).
+            ``denoise``, ...).
         botorch_acqf_class: Acquisition function; Ax's default (qLogNEI for one
             objective) if None.
         fit_kwargs: Keyword arguments for each conditional's ``fit_gpytorch_mll``
@@ -397,7 +395,7 @@ def gpar_generation_strategy(
         model_options={
             "checkpoints": checkpoints.tolist(),  # JSON-native for storage
             "metric_name": metric_name,
-            "gpar_options": dict(CURVE_MODEL_OPTIONS if gpar_options is None else gpar_options),
+            "gpar_options": dict(gpar_options or {}),
         },
         # GPARModel normalises each conditional's inputs itself.
         input_transform_classes=None,

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 from ax.core.trial_status import TrialStatus
 
-import gpar_bo
 from gpar_bo.problems.toy import toy_problem
 from gpar_bo.tuning.jobs import read_job
 from gpar_bo.tuning.loop import tune
@@ -42,7 +41,9 @@ def test_kill_9_then_rerun_resumes_paused_and_interrupted_runs_within_the_budget
             tune(toy_problem({EPOCHS}, {SECONDS}), sys.argv[1], {BUDGET}, **{RUN!r})
     """))
     # This checkout's package, not whichever one is installed.
-    env = {**os.environ, "PYTHONPATH": str(Path(gpar_bo.__file__).parents[1])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).resolve().parents[2]),
+         *filter(None, [os.environ.get("PYTHONPATH")])])}
     # Its own session, so that killing it takes its workers down too (a crash).
     process = subprocess.Popen([sys.executable, str(script), str(out)], start_new_session=True,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)

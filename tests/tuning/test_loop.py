@@ -48,8 +48,12 @@ def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path) -> Non
                  poll_seconds=0.2, progress=False, **{FAST!r})
     """))
     # Its own session, so that killing it takes its workers down too (a crash).
+    # This checkout's package, not whichever one is installed.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).resolve().parents[2]),
+         *filter(None, [os.environ.get("PYTHONPATH")])])}
     process = subprocess.Popen([sys.executable, str(script), str(out)], start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
