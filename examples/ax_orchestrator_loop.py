@@ -5,9 +5,10 @@ from ax.api.utils.instantiation.from_string import optimization_config_from_stri
 from ax.core.experiment import Experiment
 from ax.core.parameter import ParameterType, RangeParameter
 from ax.core.search_space import SearchSpace
-from ax.orchestration.orchestrator import Orchestrator, OrchestratorOptions
+from ax.orchestration.orchestrator import OrchestratorOptions
 
 from gpar_bo.ax import GPAREarlyStoppingStrategy, gpar_generation_strategy
+from gpar_bo.tuning.orchestrator import VerdictOrchestrator
 from gpar_bo.tuning.runner import CurveMetric, CurveRunner
 
 EPOCHS = list(range(1, 9))
@@ -26,7 +27,7 @@ if __name__ == "__main__":  # trials run in spawned worker processes
             "gpar_bo.problems.toy:train_toy_curves", "toy_runs",
             {"epochs": len(EPOCHS), "seconds_per_epoch": 0.05}, max_workers=2),
     )
-    orchestrator = Orchestrator(
+    orchestrator = VerdictOrchestrator(  # Ax's Orchestrator + verdicts for the jobs
         experiment=experiment,
         generation_strategy=gpar_generation_strategy(EPOCHS, num_sobol_trials=4, **EFFORT),
         options=OrchestratorOptions(

@@ -36,21 +36,30 @@ def train_toy_curves(
     noise_std: float = 0.005,
     seconds_per_epoch: float = 0.0,
     metric_name: str = "error",
+    checkpoint_dir: str | None = None,
 ) -> None:
     """A fast synthetic training run: :func:`gpar_bo.synthetic.learning_curves`.
 
     Parameters ``x1`` and ``x2`` in [0, 1]; reports ``metric_name`` at epochs
     1..``epochs``, sleeping ``seconds_per_epoch`` per epoch to mimic training.
+    Resumable: with a ``checkpoint_dir`` it saves the epoch reached before each
+    report and, when started again, goes on from the next epoch. (Its whole curve,
+    noise included, is a function of the parameters and ``trial_index``, so the
+    epoch is all the state there is.)
     """
     import time
 
     import torch
 
     from gpar_bo.synthetic import learning_curves
+    from gpar_bo.tuning.jobs import load_checkpoint, save_checkpoint
 
     X = torch.tensor([[parameters["x1"], parameters["x2"]]], dtype=torch.double)
     curve = learning_curves(X, range(1, epochs + 1), noise_std, seed=trial_index)[0]
-    for epoch, value in enumerate(curve.tolist(), start=1):
+    state = load_checkpoint(checkpoint_dir) or {"epoch": 0}
+    for epoch in range(state["epoch"] + 1, epochs + 1):
         time.sleep(seconds_per_epoch)
-        if report(epoch, {metric_name: value}):
+        if checkpoint_dir is not None:
+            save_checkpoint(checkpoint_dir, {"epoch": epoch})
+        if report(epoch, {metric_name: float(curve[epoch - 1])}):
             return

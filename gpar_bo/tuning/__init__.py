@@ -8,7 +8,10 @@
 * :mod:`~gpar_bo.tuning.resume` / :mod:`~gpar_bo.tuning.recovery`: resume, recovery
   from a damaged snapshot, and reconciliation with the jobs' progress files after a crash;
 * :mod:`~gpar_bo.tuning.runner` / :mod:`~gpar_bo.tuning.jobs`: ``CurveRunner`` and
-  ``CurveMetric`` for training jobs in local processes or on dask, and the jobs' protocol;
+  ``CurveMetric`` for training jobs in local processes or on dask, and the jobs' protocol
+  (verdicts after each checkpoint, pause and resume from a checkpoint directory);
+* :mod:`~gpar_bo.tuning.orchestrator`: ``VerdictOrchestrator``, Ax's Orchestrator giving
+  the jobs their verdicts after early stopping;
 * :mod:`~gpar_bo.tuning.report`: the report (JSON and PNG);
 * :mod:`~gpar_bo.tuning.errors`: the errors shown to the user as one line;
 * :mod:`~gpar_bo.tuning.cli`: the ``gpar-bo tune`` sub-command.

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from pathlib import Path
 
-__all__ = ["atomic_write_text"]
+__all__ = ["atomic_write_bytes", "atomic_write_text"]
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -39,10 +40,16 @@ def atomic_write_text(path: str | Path, text: str, backup: str | Path | None = N
             kept there, also atomically, before ``path`` is replaced: a last good
             copy in case ``path`` is later damaged by something else.
     """
+    atomic_write_bytes(path, text.encode(), backup)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes, backup: str | Path | None = None) -> None:
+    """Replace ``path`` by ``data`` atomically (see :func:`atomic_write_text`)."""
     path = Path(path)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temporary, "w") as file:
-        file.write(text)
+    # pid and thread: two writers of one file (a job and a test thread) never share it.
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    with open(temporary, "wb") as file:
+        file.write(data)
         file.flush()
         os.fsync(file.fileno())
     if backup is not None and path.exists():

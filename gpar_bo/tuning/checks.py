@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpar_bo.tuning.errors import TuneSettingsError
-from gpar_bo.tuning.jobs import resolve
+from gpar_bo.tuning.jobs import DEFAULT_VERDICT_TIMEOUT, resolve
 
 if TYPE_CHECKING:
     from gpar_bo.tuning.loop import TuningProblem
@@ -22,9 +22,18 @@ __all__ = ["check_job", "check_output_directory", "check_scheduler", "check_tune
 def check_tune_options(
     problem: TuningProblem, budget_epochs: int, workers: int, num_sobol_trials: int,
     threshold: float, min_epochs: int, max_trials: int | None,
+    verdict_timeout: float = DEFAULT_VERDICT_TIMEOUT,
+    scheduler: str = "early-stopping",
 ) -> None:
     """Reject settings under which ``tune`` would run no trial or could not work."""
+    from gpar_bo.tuning.session import SCHEDULERS
+
     problems = []
+    if scheduler not in SCHEDULERS:
+        problems.append(f"scheduler must be one of {', '.join(SCHEDULERS)} (got {scheduler!r})")
+    elif scheduler == "freeze-thaw" and problem.epochs == 1:
+        problems.append("freeze-thaw needs at least 2 epochs per trial (got 1); use scheduler "
+                        "early-stopping")
     if problem.epochs < 1:
         # The budget and min_epochs are judged against the epochs: say only this.
         problems.append(f"epochs must be >= 1 (got {problem.epochs})")
@@ -41,6 +50,17 @@ def check_tune_options(
         problems.append(f"min_epochs must be in [1, {problem.epochs}] (got {min_epochs})")
     if max_trials is not None and max_trials < 1:
         problems.append(f"max_trials must be >= 1 (got {max_trials})")
+    if not verdict_timeout > 0:
+        problems.append(f"verdict_timeout must be > 0 seconds (got {verdict_timeout})")
+    if scheduler == "freeze-thaw":
+        from ax.core.search_space import SearchSpace
+
+        from gpar_bo.ax.encoding import UnitCubeEncoding
+
+        try:
+            UnitCubeEncoding(SearchSpace(parameters=list(problem.parameters)))
+        except ValueError as error:
+            problems.append(str(error).rstrip("."))
     if problems:
         raise TuneSettingsError("Bad tuning settings: " + "; ".join(problems) + ".")
 

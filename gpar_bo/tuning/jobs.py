@@ -1,60 +1,117 @@
-"""Training jobs as run by the workers, and the progress-file protocol they write.
+"""Training jobs as run by the workers: the progress file, verdicts and checkpoints.
 
-The runner creates a trial's progress file, exclusively (an existing file is never
-overwritten), with a header line naming the trial and its configuration,
-``{"trial": 3, "arm": "3_0", "parameters": {...}, "train": ..., "train_kwargs": {...}}``,
-before it starts the job, so that the file alone says what ran. The job then
-appends ``{"started": {"pid": ..., "host": ...}}`` and one JSON line per reported
-step to its progress file, ``{"step": 3, "values": {"val_error": 0.12, ...}}``, then a
-final ``{"status": "completed" | "stopped" | "failed", ...}`` line. Before each
-step's report returns, the job checks for a stop file next to it; if present it
-stops after that step, recording the file's text as the stop reason, unless that
-step was the final one (``final_step``): a job that reported its final step
-completed, whenever a stop arrived. Files work the same for local processes, a dask
-``LocalCluster`` and any cluster whose workers share the filesystem, and they
-survive a restart of the tuning process.
-
-Training functions have the signature
+**Training functions** have the signature
 ``train(parameters, report, trial_index, **train_kwargs)``, where
-``report(step, values) -> bool`` returns True when the job should stop; they are
-named by import path (``"module:function"``) so that runners stay serialisable.
+``report(step, values) -> bool`` records one checkpoint and returns True when the job
+must end now (stopped or paused); they are named by import path
+(``"module:function"``) so that runners stay serialisable.
+
+**Resumable jobs.** A training function that accepts a ``checkpoint_dir`` keyword is
+resumable: the runner passes it a directory of its own (``runs/trial_<i>/``). At every
+checkpoint the job saves its whole state there (weights, optimiser, scheduler, RNG
+states, the epoch) *before* it calls ``report``, and at start it loads that state when
+present and continues at the next epoch. :func:`save_checkpoint` and
+:func:`load_checkpoint` do the saving atomically; any format works as long as the job
+reads what it wrote. A job without ``checkpoint_dir`` can be stopped, not paused.
+
+**The progress file** (``runs/trial_<i>.jsonl``) is created by the runner, exclusively
+(an existing file is never overwritten), with a header line naming the trial and its
+configuration, ``{"trial": 3, "arm": "3_0", "parameters": {...}, "train": ...,
+"train_kwargs": {...}, "checkpoint_dir": ... | null}``, before the job starts, so that the
+file alone says what ran. Each run of the job (the first and every resume) appends
+``{"started": {"pid": ..., "host": ...}}`` and one line per reported step,
+``{"step": 3, "values": {"val_error": 0.12, ...}}``, then one status line:
+``{"status": "completed"}``, ``{"status": "stopped", "step": k, "reason": ...}``,
+``{"status": "paused", "step": k}`` or ``{"status": "failed", "error": ...}``. A paused
+job's file goes on after its resume: the latest ``started`` line opens a new run.
+
+**Verdicts.** After each report but the final step's, the job waits for the tuner's
+verdict for that step in its verdict file (``runs/trial_<i>.verdict``, replaced
+atomically by the runner): ``{"step": k, "verdict": "continue" | "pause" | "stop",
+"reason": ...}``. "continue" counts for the step it names; "stop" and "pause" count at
+once, whatever step they name (a stop decided while the job trains takes effect at its
+next report). If no verdict comes within ``verdict_timeout`` seconds the job pauses
+(or, if it cannot pause, stops as interrupted), so a dead tuner never leaves a job
+training unsupervised. With ``verdict_timeout=None`` the job does not wait: it reads
+the verdict file once per report and trains on (for loops that give no verdicts, such
+as Ax's own ``Orchestrator``). A job that reported its final step (``final_step``)
+completed, whatever verdict arrived.
+
+Files work the same for local processes, a dask ``LocalCluster`` and any cluster whose
+workers share the filesystem, and they survive a restart of the tuning process.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
+import io
 import json
 import os
 import socket
+import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpar_bo.tuning.atomic import atomic_write_bytes, atomic_write_text
+
 __all__ = [
+    "CHECKPOINT_FILE",
+    "DEFAULT_VERDICT_TIMEOUT",
+    "INTERRUPTED",
     "JobRecord",
     "Report",
+    "VERDICTS",
+    "accepts_checkpoint_dir",
+    "append_status",
     "create_progress_file",
     "exit_with_parent",
+    "is_interrupted",
+    "load_checkpoint",
     "read_job",
     "read_progress",
+    "read_verdict",
     "resolve",
     "run_training_job",
+    "save_checkpoint",
+    "write_verdict",
 ]
 
-#: ``report(step, values)``: record one checkpoint; True means "stop now".
+#: ``report(step, values)``: record one checkpoint; True means "end the job now".
 Report = Callable[[float, Mapping[str, float]], bool]
+
+#: The verdicts a tuner gives a job waiting at a checkpoint.
+VERDICTS = ("continue", "pause", "stop")
+
+#: Seconds a job waits for a verdict before it pauses: long enough for a GP fit and an
+#: acquisition between two polls, short enough that a dead tuner costs one idle wait.
+DEFAULT_VERDICT_TIMEOUT = 300.0
+
+#: Stop reason of jobs stopped because the tuning process ended or lost them; such
+#: trials are FAILED (interrupted), not EARLY_STOPPED. Reasons that start with
+#: "interrupted" all mean that (see :func:`is_interrupted`).
+INTERRUPTED = "interrupted: the tuning process stopped or lost this job"
+
+#: The file :func:`save_checkpoint` writes in a job's checkpoint directory.
+CHECKPOINT_FILE = "checkpoint.pt"
+
+
+def is_interrupted(reason: str | None) -> bool:
+    """Whether a stop reason says the job was interrupted, not stopped on purpose."""
+    return bool(reason) and str(reason).startswith("interrupted")
 
 
 def exit_with_parent(parent_pid: int, poll_seconds: float = 1.0) -> None:
     """Worker initialiser: end this process when the tuning process is gone.
 
     A killed tuning process would otherwise leave its pool's workers behind for
-    good; a job that was running is then reported FAILED when the loop resumes.
+    good; a job that was running then resumes from its last checkpoint (resumable
+    jobs) or is reported FAILED (others) when the loop resumes.
     """
     import threading
-    import time
 
     def watch() -> None:
         while os.getppid() == parent_pid:
@@ -72,6 +129,42 @@ def resolve(path: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(module), name)
 
 
+def accepts_checkpoint_dir(function: Callable[..., Any]) -> bool:
+    """Whether a training function takes a ``checkpoint_dir`` keyword (is resumable)."""
+    parameters = inspect.signature(function).parameters
+    return "checkpoint_dir" in parameters and parameters["checkpoint_dir"].kind in (
+        inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+# ------------------------------------------------------------------ checkpoints
+def save_checkpoint(checkpoint_dir: str | Path, state: Mapping[str, Any]) -> None:
+    """Save a job's state (tensors, ``state_dict``\\ s, numbers, lists, dicts) atomically.
+
+    A job killed at any moment leaves the previous checkpoint or this one, never a
+    partial file. Call it at every checkpoint *before* ``report``.
+    """
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(dict(state), buffer)
+    Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(Path(checkpoint_dir) / CHECKPOINT_FILE, buffer.getvalue())
+
+
+def load_checkpoint(checkpoint_dir: str | Path | None) -> dict[str, Any] | None:
+    """The state :func:`save_checkpoint` saved last, or None (no directory or no save)."""
+    import torch
+
+    if checkpoint_dir is None:
+        return None
+    path = Path(checkpoint_dir) / CHECKPOINT_FILE
+    if not path.exists():
+        return None
+    # weights_only: a checkpoint holds tensors and plain containers, never code.
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+# --------------------------------------------------------------- progress file
 def _append(path: Path, record: Mapping[str, Any]) -> None:
     # One write per line, flushed at once: readers see whole lines (or none).
     with open(path, "a") as file:
@@ -94,21 +187,46 @@ def create_progress_file(path: str | Path, header: Mapping[str, Any]) -> None:
         os.fsync(file.fileno())
 
 
+def append_status(path: str | Path, record: Mapping[str, Any]) -> None:
+    """Append a status line for a job that no longer runs (the runner settling it)."""
+    _append(Path(path), record)
+
+
 @dataclass
 class JobRecord:
     """What a progress file says.
 
     Attributes:
         header: The runner's header line (None for files from before headers).
-        started: ``{"pid", "host"}`` of the process running the job, once started.
-        steps: ``[(step, values), ...]`` in report order.
-        status: The final status record, None while the job runs (or if it died).
+        started: ``{"pid", "host"}`` of the process running (or that last ran) the job.
+        steps: ``[(step, values), ...]`` in report order, over all runs of the job.
+        status: The status record of the latest run, None while it runs (or if it
+            died); a paused job that was resumed runs again (None).
+        runs: How many times the job was started (1 + resumes).
+        run_steps: Steps reported by the latest run.
     """
 
     header: dict | None = None
     started: dict | None = None
     steps: list[tuple[float, dict[str, float]]] = field(default_factory=list)
     status: dict | None = None
+    runs: int = 0
+    run_steps: int = 0
+
+    @property
+    def last_step(self) -> float | None:
+        """The latest step reported, or None."""
+        return self.steps[-1][0] if self.steps else None
+
+    @property
+    def paused(self) -> bool:
+        """Whether the job's latest run ended paused."""
+        return self.status is not None and self.status.get("status") == "paused"
+
+    @property
+    def resumable(self) -> bool:
+        """Whether the job was given a checkpoint directory (its header says so)."""
+        return bool(self.header and self.header.get("checkpoint_dir"))
 
 
 def read_job(path: str | Path) -> JobRecord:
@@ -129,13 +247,15 @@ def read_job(path: str | Path) -> JobRecord:
             job.header = record
         elif "started" in record:
             job.started = record["started"]
+            job.status, job.runs, job.run_steps = None, job.runs + 1, 0
         elif "step" in record:
             job.steps.append((float(record["step"]), dict(record["values"])))
+            job.run_steps += 1
     return job
 
 
 def read_progress(path: str | Path) -> tuple[list[tuple[float, dict[str, float]]], dict | None]:
-    """The reported steps of a progress file and its final status record.
+    """The reported steps of a progress file and its latest status record.
 
     Returns:
         ``[(step, values), ...]`` in report order, and the status record
@@ -146,40 +266,120 @@ def read_progress(path: str | Path) -> tuple[list[tuple[float, dict[str, float]]
     return job.steps, job.status
 
 
+# --------------------------------------------------------------------- verdicts
+def write_verdict(path: str | Path, step: float | None, verdict: str,
+                  reason: str | None = None) -> None:
+    """Give a job its verdict, atomically (the job never reads half a verdict).
+
+    Raises:
+        ValueError: ``verdict`` is not one of :data:`VERDICTS`.
+    """
+    if verdict not in VERDICTS:
+        raise ValueError(f"A verdict is one of {VERDICTS}, not {verdict!r}.")
+    atomic_write_text(path, json.dumps({"step": step, "verdict": verdict, "reason": reason}))
+
+
+def read_verdict(path: str | Path) -> dict | None:
+    """The verdict in a verdict file, or None if there is none."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def _wait_for_verdict(path: Path, step: float, timeout: float | None) -> dict | None:
+    """The verdict that applies after ``step``: a stop or pause at once, a continue for
+    ``step`` or later; None if none came within ``timeout`` (or at once, without one)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    delay = 0.005
+    while True:
+        verdict = read_verdict(path)
+        if verdict is not None and (
+            verdict.get("verdict") in ("stop", "pause")
+            or (verdict.get("step") is not None and float(verdict["step"]) >= step)
+        ):
+            return verdict
+        if deadline is None:
+            return None
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))
+        delay = min(delay * 2, 0.2)  # quick answers are seen quickly, idle waits are cheap
+
+
 def run_training_job(
     train: str,
     train_kwargs: Mapping[str, Any],
     parameters: Mapping[str, Any],
     trial_index: int,
     progress_file: str,
-    stop_file: str,
+    verdict_file: str,
     final_step: float | None = None,
+    checkpoint_dir: str | None = None,
+    verdict_timeout: float | None = None,
 ) -> str:
-    """Run one training job, writing its progress file; returns the final status.
+    """Run (or resume) one training job, writing its progress file.
 
-    ``final_step`` is the step of a full run (e.g. its last epoch), if known.
+    Args:
+        train: The training function, ``"module:function"``.
+        train_kwargs: Its keyword arguments.
+        parameters: The trial's parameters.
+        trial_index: The trial's index.
+        progress_file: The progress file (created by the runner, with its header).
+        verdict_file: Where the tuner's verdicts arrive.
+        final_step: The step of a full run (e.g. its last epoch), if known: no
+            verdict is awaited after it, and reporting it completes the job.
+        checkpoint_dir: The job's checkpoint directory, passed to ``train`` as
+            ``checkpoint_dir``; None for a job that cannot pause.
+        verdict_timeout: Seconds to wait for each verdict before pausing; None to
+            not wait (see the module doc).
+
+    Returns:
+        The final status: ``"completed"``, ``"stopped"`` or ``"paused"``.
     """
-    progress, stop = Path(progress_file), Path(stop_file)
-    stopped = False
+    progress, verdicts = Path(progress_file), Path(verdict_file)
+    outcome: dict[str, Any] = {}
     # Who runs the job: a resumed tuning process waits for a job of its host that
     # is still alive before it settles the trial.
     _append(progress, {"started": {"pid": os.getpid(), "host": socket.gethostname()}})
 
     def report(step: float, values: Mapping[str, float]) -> bool:
-        nonlocal stopped
+        if outcome:
+            return True  # the job was told to end and reports on: nothing more counts
         _append(progress, {"step": step, "values": {k: float(v) for k, v in values.items()}})
-        finished = final_step is not None and step >= final_step
-        stopped = stop.exists() and not finished
-        return stopped
+        if final_step is not None and step >= final_step:
+            return False  # a full run: it completes, whatever was decided meanwhile
+        verdict = _wait_for_verdict(verdicts, step, verdict_timeout)
+        if verdict is None and verdict_timeout is None:
+            return False  # no verdict expected: train on
+        if verdict is None:
+            verdict = {"verdict": "pause", "reason":
+                       f"interrupted: no verdict from the tuner within {verdict_timeout:g} s"}
+        if verdict["verdict"] == "continue":
+            return False
+        if verdict["verdict"] == "pause" and checkpoint_dir is None:
+            # The runner refuses to pause such a job; a timeout lands here.
+            verdict = {"verdict": "stop", "reason": verdict.get("reason") or INTERRUPTED}
+        outcome.update(verdict, step=step)
+        return True
 
+    call_kwargs = dict(train_kwargs)
+    if checkpoint_dir is not None:
+        Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        call_kwargs["checkpoint_dir"] = checkpoint_dir
     try:
-        resolve(train)(dict(parameters), report, trial_index, **train_kwargs)
+        resolve(train)(dict(parameters), report, trial_index, **call_kwargs)
     except BaseException as error:
         _append(progress, {"status": "failed", "error": "".join(
             traceback.format_exception_only(type(error), error)).strip()})
         raise
-    if stopped:
-        _append(progress, {"status": "stopped", "reason": stop.read_text()})
+    if outcome.get("verdict") == "pause":
+        _append(progress, {"status": "paused", "step": outcome["step"],
+                           "reason": outcome.get("reason")})
+        return "paused"
+    if outcome.get("verdict") == "stop":
+        _append(progress, {"status": "stopped", "step": outcome["step"],
+                           "reason": outcome.get("reason") or ""})
         return "stopped"
     _append(progress, {"status": "completed"})
     return "completed"

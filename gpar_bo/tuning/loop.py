@@ -1,6 +1,16 @@
-r"""The tuning loop: Ax's ``Orchestrator`` + GPAR + early stopping under an epoch budget.
+r"""The tuning loop: ``tune`` under an epoch budget, by freeze-thaw or early stopping.
 
-``tune`` runs (or resumes) an experiment in one output directory:
+``tune`` runs (or resumes) an experiment in one output directory with one of two
+schedulers (``scheduler``):
+
+* ``"freeze-thaw"`` (the default): the package's GPAR freeze-thaw policy decides,
+  at every checkpoint of every run, which run trains on: it pauses and resumes runs
+  and starts new settings (:mod:`gpar_bo.tuning.freeze_thaw`);
+* ``"early-stopping"``: Ax's ``Orchestrator`` with Sobol then GPAR
+  (``gpar_generation_strategy``) and ``GPAREarlyStoppingStrategy``, which only stops
+  runs (this module).
+
+Both keep the same files:
 
 * ``tune.lock``: held for the whole run; a second process on the directory is
   refused at once (:mod:`gpar_bo.tuning.lock`);
@@ -16,12 +26,21 @@ Every setting and input is checked before anything starts
 (:mod:`gpar_bo.tuning.checks`). If ``snapshot.json`` exists, the loop resumes it
 (:mod:`gpar_bo.tuning.resume`) and first reconciles it with ``runs/``
 (:mod:`gpar_bo.tuning.recovery`): trials that ran on after the last snapshot get all
-their reported epochs and their final status (interrupted jobs are FAILED), and
+their reported epochs and their status (a dead resumable job is paused at its last
+checkpoint, a dead non-resumable one FAILED), and
 generation goes on from the stored generation strategy. After ``kill -9`` at any
 moment no trial is lost, rerun or overwritten.
 
-The budget counts epochs: no new trial starts once the epochs trained plus those
-the running trials may still train, plus one full trial, would exceed it.
+With early stopping the budget counts epochs: no new trial starts once the epochs
+trained plus those the running trials may still train, plus one full trial, would
+exceed it. (Freeze-thaw commits one checkpoint at a time: see its module.)
+
+Jobs wait after each epoch for their verdict (:mod:`gpar_bo.tuning.jobs`). With early
+stopping the Orchestrator gives it at each poll once early stopping has seen that
+epoch (:mod:`gpar_bo.tuning.orchestrator`): a stopped trial trains no epoch past the
+checkpoint at which it was stopped. Resumable jobs pause when this process ends
+(Ctrl-C, or no verdict within ``verdict_timeout`` after a crash) and are resumed
+from their checkpoint by the next run.
 """
 
 from __future__ import annotations
@@ -34,19 +53,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ax.api.utils.instantiation.from_string import optimization_config_from_string
 from ax.core.base_trial import BaseTrial
 from ax.core.experiment import Experiment
-from ax.core.parameter import RangeParameter
-from ax.core.search_space import SearchSpace
+from ax.core.parameter import Parameter
 from ax.core.trial_status import TrialStatus
-from ax.generation_strategy.generation_strategy import GenerationStrategy
 from ax.global_stopping.strategies.base import BaseGlobalStoppingStrategy
-from ax.orchestration.orchestrator import (
-    FailureRateExceededError,
-    Orchestrator,
-    OrchestratorOptions,
-)
+from ax.orchestration.orchestrator import FailureRateExceededError, OrchestratorOptions
 
 from gpar_bo.ax.checkpoints import Checkpoints
 from gpar_bo.ax.early_stopping import GPAREarlyStoppingStrategy
@@ -57,16 +69,26 @@ from gpar_bo.tuning.checks import (
     check_scheduler,
     check_tune_options,
 )
-from gpar_bo.tuning.errors import TuneError
+from gpar_bo.tuning.errors import TuneError, TuneSettingsError
+from gpar_bo.tuning.jobs import DEFAULT_VERDICT_TIMEOUT
 from gpar_bo.tuning.lock import DirectoryLock
-from gpar_bo.tuning.recovery import reconcile, sync_trial_data
+from gpar_bo.tuning.orchestrator import VerdictOrchestrator
 from gpar_bo.tuning.report import write_report
-from gpar_bo.tuning.resume import open_experiment
-from gpar_bo.tuning.runner import CurveMetric, CurveRunner
+from gpar_bo.tuning.runner import CurveRunner
+from gpar_bo.tuning.session import (
+    SCHEDULERS,
+    Progress,
+    failure_cause,
+    finish_run,
+    make_runner,
+    open_run,
+    trained_epochs_by_trial,
+)
 from gpar_bo.tuning.snapshot import SNAPSHOT, save_snapshot
 
 __all__ = [
     "EpochBudget",
+    "SCHEDULERS",
     "check_tune_options",
     "TuningProblem",
     "tune",
@@ -81,7 +103,8 @@ class TuningProblem:
 
     Attributes:
         name: The experiment name.
-        parameters: Ax ``RangeParameter``\\ s of the search space.
+        parameters: Ax parameters of the search space (range parameters; the
+            freeze-thaw scheduler also takes choice and fixed ones).
         metric: The objective metric reported every epoch (minimised).
         epochs: Epochs per full trial; the checkpoints are 1..epochs.
         train: The training function, ``"module:function"`` (:mod:`gpar_bo.tuning.jobs`).
@@ -93,7 +116,7 @@ class TuningProblem:
     """
 
     name: str
-    parameters: list[RangeParameter]
+    parameters: list[Parameter]
     metric: str
     epochs: int
     train: str
@@ -121,11 +144,7 @@ class EpochBudget(BaseGlobalStoppingStrategy):
         self.budget, self.metric, self.epochs = budget, metric, epochs
 
     def _trained_by_trial(self, experiment: Experiment) -> dict[int, int]:
-        df = experiment.lookup_data().full_df
-        if df.empty or "step" not in df:
-            return {}
-        df = df[df["metric_name"] == self.metric].dropna(subset=["step"])
-        return {int(t): int(s) for t, s in df.groupby("trial_index")["step"].max().items()}
+        return trained_epochs_by_trial(experiment, self.metric)
 
     def trained(self, experiment: Experiment) -> int:
         """Epochs trained so far (as far as fetched data shows)."""
@@ -146,32 +165,8 @@ class EpochBudget(BaseGlobalStoppingStrategy):
         return False, ""
 
 
-def _best_final(experiment: Experiment, metric: str, epochs: int) -> float | None:
-    """The lowest final-epoch value (None before a trial reaches the final epoch).
-
-    A trial stopped during its final epoch finishes it, so reaching the final epoch,
-    not the COMPLETED status, is what makes a final value.
-    """
-    df = experiment.lookup_data().full_df
-    if df.empty or "step" not in df:
-        return None
-    final = df[(df["metric_name"] == metric) & (df["step"] == epochs)]
-    return None if final.empty else float(final["mean"].min())
-
-
-def _new_experiment(problem: TuningProblem, runner: CurveRunner) -> Experiment:
-    return Experiment(
-        name=problem.name,
-        search_space=SearchSpace(parameters=list(problem.parameters)),
-        optimization_config=optimization_config_from_string(f"-{problem.metric}"),
-        metrics=[CurveMetric(problem.metric)],
-        tracking_metrics=[CurveMetric(m, lower_is_better=None) for m in problem.tracking_metrics],
-        runner=runner,
-    )
-
-
-class _WriteAheadOrchestrator(Orchestrator):
-    """An Orchestrator that saves the snapshot before it starts any job.
+class _WriteAheadOrchestrator(VerdictOrchestrator):
+    """A verdict-giving Orchestrator that saves the snapshot before it starts any job.
 
     The trials about to run are then in the snapshot (as CANDIDATE) before their
     jobs exist, so a crash at any later moment cannot leave a job the snapshot does
@@ -189,22 +184,12 @@ class _WriteAheadOrchestrator(Orchestrator):
                                   stage_only=stage_only)
 
 
-def _failure_cause(experiment: Experiment, runner: CurveRunner) -> str:
-    """The errors failed jobs recorded, most common first, for a one-line message."""
-    failed = [t for t in experiment.trials.values() if t.status == TrialStatus.FAILED]
-    causes: dict[str, list[int]] = {}
-    for trial in failed:
-        causes.setdefault(runner.poll_exception(trial).strip().splitlines()[-1], []).append(
-            trial.index)
-    ranked = sorted(causes.items(), key=lambda item: -len(item[1]))
-    return "; ".join(f"trials {indices}: {cause}" for cause, indices in ranked[:3])
-
-
 def tune(
     problem: TuningProblem,
     directory: str | Path,
     budget_epochs: int,
     *,
+    scheduler: str = "freeze-thaw",
     workers: int = 2,
     num_sobol_trials: int = 6,
     threshold: float = 0.05,
@@ -220,6 +205,8 @@ def tune(
     max_trials: int | None = None,
     recover: bool = False,
     scheduler_timeout: float = 10.0,
+    verdict_timeout: float = DEFAULT_VERDICT_TIMEOUT,
+    runner: CurveRunner | None = None,
 ) -> dict[str, Any]:
     """Tune ``problem`` under an epoch budget; resume if ``directory`` has a snapshot.
 
@@ -227,26 +214,42 @@ def tune(
         problem: What to tune.
         directory: Output directory (snapshot, progress files, report).
         budget_epochs: Total training epochs.
+        scheduler: ``"freeze-thaw"`` (GPAR's freeze-thaw policy pauses, resumes and
+            starts runs at every checkpoint; the job must be resumable, see
+            :mod:`gpar_bo.tuning.freeze_thaw`) or ``"early-stopping"`` (Ax's
+            Orchestrator, Sobol then GPAR, ``GPAREarlyStoppingStrategy``).
         workers: Trials trained in parallel.
-        num_sobol_trials: Sobol trials before GPAR (GPAR also waits for two
-            complete trials).
-        threshold: Early-stop a trial when GPAR gives it less than this
+        num_sobol_trials: Early stopping: Sobol trials before GPAR (GPAR also waits
+            for two complete trials).
+        threshold: Early stopping: stop a trial when GPAR gives it less than this
             probability of beating the best final value.
-        min_epochs: Epochs a trial trains before it can be stopped.
+        min_epochs: Early stopping: epochs a trial trains before it can be stopped.
         use_dask: Run trials on ``dask.distributed`` (``scheduler_address`` or a
             ``LocalCluster``) instead of local processes.
         scheduler_address: Address of an existing dask scheduler.
-        seed: Seed of the Sobol points and of the early-stopping samples.
+        seed: Seed of the policy (freeze-thaw) or of the Sobol points and the
+            early-stopping samples.
         progress: Show a progress bar over the budget.
-        fit_kwargs: ``fit_gpytorch_mll`` arguments for GPAR's conditionals.
-        acqf_optimizer_kwargs: ``optimize_acqf`` arguments for GPAR's acquisition.
+        fit_kwargs: ``fit_gpytorch_mll`` arguments for GPAR's conditionals (default:
+            the policy's, or BoTorch's).
+        acqf_optimizer_kwargs: Early stopping: ``optimize_acqf`` arguments for GPAR's
+            acquisition.
         poll_seconds: Seconds between polls of running trials.
         report_seconds: Minimum seconds between refreshes of the report.
-        max_trials: Also stop after this many trials in total (default: budget only).
+        max_trials: Also stop after this many trials in total (default: budget only;
+            freeze-thaw ends when its policy asks for a trial beyond it).
         recover: If the snapshot is damaged or missing, resume from its last good
             copy, or rebuild the experiment from ``runs/`` (see
             :mod:`gpar_bo.tuning.resume`).
         scheduler_timeout: Seconds to wait for ``scheduler_address`` to answer.
+        verdict_timeout: Seconds a job waits for its verdict after each epoch before
+            it pauses (a job that cannot pause stops, as interrupted): the longest the
+            jobs train on, or sit idle, without this process. Must exceed the time
+            of one poll, GPAR's fits included.
+        runner: The runner of the jobs (default: a ``CurveRunner`` of the problem's
+            job with ``workers``, ``use_dask``, ``scheduler_address`` and
+            ``verdict_timeout``); it must write its progress files into
+            ``directory / "runs"``.
 
     Returns:
         The final report (see :func:`gpar_bo.tuning.report.build_report`).
@@ -258,49 +261,55 @@ def tune(
         TuneError: Too many trials failed (the message gives their recorded errors).
     """
     check_tune_options(problem, budget_epochs, workers, num_sobol_trials, threshold,
-                       min_epochs, max_trials)
+                       min_epochs, max_trials, verdict_timeout, scheduler)
     check_job(problem)
     if use_dask and scheduler_address is not None:
         check_scheduler(scheduler_address, scheduler_timeout)
     directory = check_output_directory(directory)
+    if runner is None:
+        runner = make_runner(problem, directory, workers, use_dask, scheduler_address,
+                             verdict_timeout)
+    if scheduler == "freeze-thaw" and not runner.resumable:
+        raise TuneSettingsError(
+            f"freeze-thaw pauses and resumes runs, but {runner.train} takes no "
+            "'checkpoint_dir' keyword (its jobs cannot resume): make it resumable (see "
+            "docs/tune.md) or use scheduler early-stopping.")
     with DirectoryLock(directory):
-        return _tune_locked(
-            problem, directory, budget_epochs, workers=workers,
+        if scheduler == "freeze-thaw":
+            from gpar_bo.tuning.freeze_thaw import run_freeze_thaw
+
+            return run_freeze_thaw(
+                problem, directory, budget_epochs, runner, seed=seed, progress=progress,
+                fit_kwargs=fit_kwargs, poll_seconds=poll_seconds,
+                report_seconds=report_seconds, max_trials=max_trials, recover=recover,
+            )
+        return _early_stopping(
+            problem, directory, budget_epochs, runner, workers=workers,
             num_sobol_trials=num_sobol_trials, threshold=threshold, min_epochs=min_epochs,
-            use_dask=use_dask, scheduler_address=scheduler_address, seed=seed,
-            progress=progress, fit_kwargs=fit_kwargs,
+            seed=seed, progress=progress, fit_kwargs=fit_kwargs,
             acqf_optimizer_kwargs=acqf_optimizer_kwargs, poll_seconds=poll_seconds,
             report_seconds=report_seconds, max_trials=max_trials, recover=recover,
         )
 
 
-def _tune_locked(
-    problem: TuningProblem, directory: Path, budget_epochs: int, *, workers: int,
-    num_sobol_trials: int, threshold: float, min_epochs: int, use_dask: bool,
-    scheduler_address: str | None, seed: int, progress: bool,
-    fit_kwargs: Mapping[str, Any] | None, acqf_optimizer_kwargs: Mapping[str, Any] | None,
-    poll_seconds: float, report_seconds: float, max_trials: int | None, recover: bool,
+def _early_stopping(
+    problem: TuningProblem, directory: Path, budget_epochs: int, runner: CurveRunner, *,
+    workers: int, num_sobol_trials: int, threshold: float, min_epochs: int, seed: int,
+    progress: bool, fit_kwargs: Mapping[str, Any] | None,
+    acqf_optimizer_kwargs: Mapping[str, Any] | None, poll_seconds: float,
+    report_seconds: float, max_trials: int | None, recover: bool,
 ) -> dict[str, Any]:
-    """:func:`tune` once its checks passed and it holds the directory's lock."""
-    from tqdm.auto import tqdm
-
+    """:func:`tune` with Ax's Orchestrator and early stopping, once its checks passed
+    and it holds the directory's lock."""
     snapshot = directory / SNAPSHOT
-    runner = CurveRunner(problem.train, str(directory / "runs"), problem.train_kwargs,
-                         max_workers=workers, use_dask=use_dask,
-                         scheduler_address=scheduler_address, final_step=problem.epochs)
-
-    def new() -> tuple[Experiment, GenerationStrategy]:
-        return _new_experiment(problem, runner), gpar_generation_strategy(
+    experiment, strategy = open_run(
+        problem, directory, runner, "early-stopping",
+        lambda: gpar_generation_strategy(
             problem.checkpoints, metric_name=problem.metric, num_sobol_trials=num_sobol_trials,
             seed=seed, fit_kwargs=fit_kwargs, acqf_optimizer_kwargs=acqf_optimizer_kwargs,
-        )
-
-    experiment, strategy = open_experiment(
-        directory, problem.name, [p.name for p in problem.parameters], runner, new,
-        recover=recover)
-    # Before any new job: settle what the jobs of an earlier run did.
-    reconcile(experiment, runner)
-    save_snapshot(snapshot, experiment, strategy)
+        ), recover)
+    if strategy is None:  # open_run refuses another scheduler's experiment
+        raise TuneError(f"{snapshot} has no generation strategy.")
     early_stopping = GPAREarlyStoppingStrategy(
         problem.checkpoints, metric_name=problem.metric, threshold=threshold,
         min_progression=min_epochs, fit_kwargs=fit_kwargs, seed=seed,
@@ -323,7 +332,7 @@ def _tune_locked(
         save=lambda: save_snapshot(snapshot, experiment, strategy),
     )
     remaining = (max_trials - len(experiment.trials)) if max_trials is not None else 10**6
-    bar = tqdm(total=budget_epochs, unit="epoch", disable=not progress, desc="tuning")
+    bar = Progress(problem, budget_epochs, progress)
     last_report = -math.inf
     try:
         for _ in orchestrator.run_trials_and_yield_results(max_trials=max(remaining, 0)):
@@ -331,24 +340,14 @@ def _tune_locked(
             if time.monotonic() - last_report > report_seconds:
                 write_report(experiment, problem.checkpoints, early_stopping, directory)
                 last_report = time.monotonic()
-            bar.n = min(budget.trained(experiment), budget_epochs)
-            best = _best_final(experiment, problem.metric, problem.epochs)
-            bar.set_postfix(trials=len(experiment.trials),
-                            best="-" if best is None else f"{best:.4f}")
-            bar.refresh()
+            bar.update(experiment)
     except FailureRateExceededError as error:
         # Ax's error names no cause; the jobs recorded theirs in their progress files.
         raise TuneError(
-            f"Stopped: too many trials failed ({_failure_cause(experiment, runner)}). "
+            f"Stopped: too many trials failed ({failure_cause(experiment, runner)}). "
             f"Their progress files are in {runner.directory}."
         ) from error
     finally:
         bar.close()
-        save_snapshot(snapshot, experiment, strategy)
-        runner.shutdown()  # waits for local jobs to finish their current epoch
-        # The epochs jobs wrote after Ax's last poll (e.g. after a stop) count too,
-        # those of failed trials included, which Ax no longer fetches.
-        experiment.fetch_data()
-        sync_trial_data(experiment)
-        save_snapshot(snapshot, experiment, strategy)
+        finish_run(directory, experiment, strategy, runner)
     return write_report(experiment, problem.checkpoints, early_stopping, directory)

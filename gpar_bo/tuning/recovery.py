@@ -8,18 +8,22 @@ files are therefore the truth about what was trained, and :func:`reconcile` make
 the experiment agree with them before any new job starts:
 
 * a trial that was not finished in the snapshot gets every epoch its job reported
-  and its final status: COMPLETED if it reported its final epoch, EARLY_STOPPED if
-  it was stopped on purpose, otherwise FAILED (interrupted: its job died with the
-  tuning process). A job that may still be alive is asked to stop first, and a job
-  on this host is waited for, so that no epoch arrives after the trial is settled;
+  and its status: COMPLETED if it reported its final epoch, EARLY_STOPPED if it was
+  stopped on purpose, RUNNING if its job is paused; a job that died with the tuning
+  process (no status line) is recorded paused at its last reported epoch if it is
+  resumable (it resumes from its last checkpoint), otherwise its trial is FAILED
+  (interrupted). A job that may still be alive is asked to pause (resumable) or stop
+  first, and a job on this host is waited for, so that no epoch arrives after the
+  trial is settled;
 * a progress file with no trial in the snapshot (possible only when the snapshot
   was restored from an older copy or rebuilt) becomes a trial again, from its
   header: its index, arm and parameters, its epochs and its status;
 * a trial whose job never started (still CANDIDATE, no progress file) is left for
   the Orchestrator, which starts it: it never ran, so nothing is rerun.
 
-No progress file is ever deleted, truncated or rewritten; a new job never writes
-over one (``CurveRunner.run`` refuses).
+No progress file is ever deleted, truncated or rewritten (a dead resumable job's
+file gets its ``paused`` line appended); a new job never writes over one
+(``CurveRunner.run`` refuses).
 """
 
 from __future__ import annotations
@@ -39,10 +43,16 @@ from ax.core.experiment import Experiment
 from ax.core.trial_status import TrialStatus
 
 from gpar_bo.tuning.errors import TuneError
-from gpar_bo.tuning.jobs import JobRecord, read_job
-from gpar_bo.tuning.runner import INTERRUPTED, CurveMetric, CurveRunner
+from gpar_bo.tuning.jobs import (
+    INTERRUPTED,
+    JobRecord,
+    append_status,
+    read_job,
+    write_verdict,
+)
+from gpar_bo.tuning.runner import CurveMetric, CurveRunner
 
-__all__ = ["Reconciliation", "progress_files", "reconcile", "sync_trial_data"]
+__all__ = ["Reconciliation", "apply_status", "progress_files", "reconcile", "sync_trial_data"]
 
 logger = logging.getLogger(__name__)
 
@@ -95,16 +105,19 @@ def _alive(pid: int) -> bool:
 
 
 def _settle_job(runner: CurveRunner, index: int, wait_seconds: float) -> JobRecord:
-    """Stop trial ``index``'s job if it might still run; return its final record."""
+    """End trial ``index``'s job if it might still run (pause it if resumable, else
+    stop it); record a dead resumable job paused; return its final record."""
     path = runner.progress_file(index)
     job = read_job(path)
     if job.status is not None:
         return job
-    runner.stop_file(index).write_text(INTERRUPTED)
+    write_verdict(runner.verdict_file(index), None,
+                  "pause" if job.resumable else "stop", INTERRUPTED)
     started = job.started or {}
-    if started.get("host") == socket.gethostname() and _alive(int(started.get("pid", -1))):
+    here = started.get("host") == socket.gethostname()
+    if here and _alive(int(started.get("pid", -1))):
         logger.warning("Trial %d's job (pid %s) still runs; waiting up to %g s for it to "
-                       "stop after its current epoch.", index, started["pid"], wait_seconds)
+                       "end after its current epoch.", index, started["pid"], wait_seconds)
         deadline = time.monotonic() + wait_seconds
         while time.monotonic() < deadline and _alive(int(started["pid"])):
             if read_job(path).status is not None:
@@ -115,10 +128,19 @@ def _settle_job(runner: CurveRunner, index: int, wait_seconds: float) -> JobReco
                 logger.warning("Trial %d's job (pid %s) is still running; epochs it reports "
                                "from now on are added when this run ends.", index,
                                started["pid"])
-    elif started and started.get("host") != socket.gethostname():
+    elif started and not here:
         logger.warning("Trial %d's job ran on %s; it was asked to stop, and epochs it reports "
                        "from now on are added when this run ends.", index, started.get("host"))
-    return read_job(path)
+    job = read_job(path)
+    dead = not started or (here and not _alive(int(started.get("pid", -1))))
+    if job.status is None and job.resumable and dead:
+        # Its checkpoint holds every epoch it reported (saved before each report): it
+        # resumes from there. (Or never started: it resumes from scratch.)
+        append_status(path, {"status": "paused", "step": job.last_step, "reason": INTERRUPTED})
+        logger.info("Trial %d's job died with the tuning process; paused at epoch %s, "
+                    "it resumes from its checkpoint.", index, job.last_step)
+        job = read_job(path)
+    return job
 
 
 def sync_trial_data(experiment: Experiment, trials: list[BaseTrial] | None = None) -> int:
@@ -142,7 +164,8 @@ def sync_trial_data(experiment: Experiment, trials: list[BaseTrial] | None = Non
     return len({int(i) for batch in batches for i in batch.trial_indices})
 
 
-def _apply(trial: BaseTrial, status: TrialStatus, reason: str) -> None:
+def apply_status(trial: BaseTrial, status: TrialStatus, reason: str) -> None:
+    """Give an unfinished trial its final ``status`` (RUNNING leaves it running)."""
     if trial.status in (TrialStatus.CANDIDATE, TrialStatus.STAGED):
         trial.mark_running(no_runner_required=True, unsafe=True)
     if status == TrialStatus.COMPLETED:
@@ -191,10 +214,13 @@ def reconcile(experiment: Experiment, runner: CurveRunner,
     done = Reconciliation()
     files = progress_files(runner.directory)
 
+    unchanged: list[int] = []  # paused before, paused now: nothing to report
+
     def settle(trial: BaseTrial) -> None:
+        was_paused = read_job(runner.progress_file(trial.index)).paused
         job = _settle_job(runner, trial.index, wait_seconds)
         trial.update_run_metadata({"progress_file": str(runner.progress_file(trial.index)),
-                                   "stop_file": str(runner.stop_file(trial.index))})
+                                   "verdict_file": str(runner.verdict_file(trial.index))})
         # The runner's own rule (final line, or final step reached) decides the status;
         # it owns no jobs, so a job without a final line reads as interrupted.
         (status, _), = runner.poll_trial_status([trial]).items()
@@ -202,9 +228,11 @@ def reconcile(experiment: Experiment, runner: CurveRunner,
             status = TrialStatus.FAILED  # Ax keeps no early-stopped trial without data
         # Its epochs first: Ax refuses some statuses to a trial without data.
         sync_trial_data(experiment, [trial])
-        _apply(trial, status, runner.poll_exception(trial) if status != TrialStatus.COMPLETED
+        apply_status(trial, status, runner.poll_exception(trial) if status != TrialStatus.COMPLETED
                else "")
         done.settled[trial.index] = status
+        if was_paused and status == TrialStatus.RUNNING:
+            unchanged.append(trial.index)
         if not job.steps and status == TrialStatus.FAILED:
             logger.info("Trial %d was interrupted before its first epoch.", trial.index)
 
@@ -242,8 +270,12 @@ def reconcile(experiment: Experiment, runner: CurveRunner,
         done.recreated.append(index)
     sync_trial_data(experiment, [experiment.trials[i] for i in sorted(files)
                                  if i in experiment.trials])
-    if done.settled or done.recreated:
+    recovered = {i: s for i, s in done.settled.items()
+                 if i not in unchanged or i in done.recreated}
+    if recovered:
         logger.warning("Recovered from runs/: %s.", ", ".join(
             f"trial {i} {s.name}{' (rebuilt)' if i in done.recreated else ''}"
-            for i, s in sorted(done.settled.items())))
+            for i, s in sorted(recovered.items())))
+    if unchanged:
+        logger.info("%d paused trials stay paused: %s.", len(unchanged), sorted(unchanged))
     return done

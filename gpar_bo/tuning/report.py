@@ -2,8 +2,9 @@
 
 ``write_report`` writes ``report.json`` and ``report.png`` for an experiment whose
 objective is a learning-curve metric: the best completed trial and its curve, all
-curves (early-stopped ones marked), and, for trials that have not reached the final
-checkpoint (running or stopped), GPAR's predicted final value with a 90% band.
+curves (early-stopped ones marked at the checkpoint where they stopped), the epochs
+each stop saved, and, for trials that have not reached the final checkpoint (running,
+paused or stopped), GPAR's predicted final value with a 90% band.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ax.core.trial_status import TrialStatus
 from gpar_bo.ax.checkpoints import Checkpoints
 from gpar_bo.ax.curves import experiment_curves, objective_metric, observed_checkpoints
 from gpar_bo.ax.early_stopping import GPAREarlyStoppingStrategy
+from gpar_bo.tuning.jobs import read_job
 
 __all__ = ["build_report", "write_report"]
 
@@ -36,10 +38,14 @@ def build_report(
             predicted bands (on the same checkpoints).
 
     Returns:
-        ``{"metric", "minimize", "checkpoints", "best", "trials", "epochs_trained"}``;
-        ``best`` is None until a trial reaches the final checkpoint. Each trial has ``index``,
-        ``status``, ``parameters``, ``steps``, ``values``, ``stopped`` and, if it did
-        not reach the final checkpoint, ``predicted_final`` (``mean``, ``q05``, ``q95``).
+        ``{"metric", "minimize", "checkpoints", "best", "trials", "epochs_trained",
+        "epochs_saved"}``; ``best`` is None until a trial reaches the final checkpoint.
+        Each trial has ``index``, ``status``, ``parameters``, ``steps``, ``values``,
+        ``stopped``, ``paused`` (its job is paused, the trial RUNNING), ``epochs_saved``
+        (for a stopped trial, the checkpoints after the one it stopped at: epochs it
+        did not train; else 0) and, if it did not reach the final checkpoint,
+        ``predicted_final`` (``mean``, ``q05``, ``q95``). ``epochs_saved`` in the
+        report is their sum.
     """
     name, minimize = objective_metric(experiment)
     curves = experiment_curves(experiment, name, checkpoints)
@@ -48,13 +54,21 @@ def build_report(
     for row, index in enumerate(curves.trial_indices):
         observed = ~torch.isnan(curves.Y[row])
         trial = experiment.trials[index]
+        steps = observed_checkpoints(curves.Y[row], checkpoints)
+        stopped = trial.status == TrialStatus.EARLY_STOPPED
+        progress = trial.run_metadata.get("progress_file")
         entry: dict[str, Any] = {
             "index": index,
             "status": trial.status.name,
             "parameters": dict(trial.arms[0].parameters),
-            "steps": observed_checkpoints(curves.Y[row], checkpoints),
+            "steps": steps,
             "values": curves.Y[row][observed].tolist(),
-            "stopped": trial.status == TrialStatus.EARLY_STOPPED,
+            "stopped": stopped,
+            "paused": trial.status == TrialStatus.RUNNING and progress is not None
+            and read_job(progress).paused,
+            # A stopped job trains no checkpoint after the one it stopped at.
+            "epochs_saved": sum(c > steps[-1] for c in checkpoints.tolist())
+            if stopped and steps else 0,
         }
         if index in samples:
             s = samples[index].double()
@@ -79,6 +93,7 @@ def build_report(
         "best": best,
         "trials": trials,
         "epochs_trained": sum(len(t["steps"]) for t in trials),
+        "epochs_saved": sum(t["epochs_saved"] for t in trials),
     }
 
 
@@ -97,7 +112,7 @@ def _plot(report: dict[str, Any], path: Path) -> None:
         elif trial["status"] == "RUNNING":
             style.update(color="tab:blue", alpha=0.9)
         ax.plot(trial["steps"], trial["values"], **style)
-        if trial["stopped"]:
+        if trial["stopped"]:  # where the run stopped: its last epoch is the decision's
             ax.plot(trial["steps"][-1], trial["values"][-1], "x", color="tab:red")
         if "predicted_final" in trial:
             p = trial["predicted_final"]
@@ -126,7 +141,10 @@ def _plot(report: dict[str, Any], path: Path) -> None:
                               + (" (early-stopped)" if stopped else ""))
     ax.set_xlabel("epoch")
     ax.set_ylabel(report["metric"])
-    ax.set_title(f"{len(report['trials'])} trials, {report['epochs_trained']} epochs trained")
+    title = f"{len(report['trials'])} trials, {report['epochs_trained']} epochs trained"
+    if report.get("epochs_saved"):
+        title += f", {report['epochs_saved']} saved by early stopping"
+    ax.set_title(title)
     if ax.get_legend_handles_labels()[0]:  # an empty report draws nothing to name
         ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()

@@ -87,9 +87,9 @@ def open_experiment(
     name: str,
     parameter_names: list[str],
     runner: CurveRunner,
-    new: Callable[[], tuple[Experiment, GenerationStrategy]],
+    new: Callable[[], tuple[Experiment, GenerationStrategy | None]],
     recover: bool = False,
-) -> tuple[Experiment, GenerationStrategy]:
+) -> tuple[Experiment, GenerationStrategy | None]:
     """The experiment and generation strategy to run in ``directory``.
 
     Args:
@@ -105,7 +105,7 @@ def open_experiment(
         TuneSettingsError: The directory holds another problem's trained trials.
     """
     snapshot, runs = directory / SNAPSHOT, Path(runner.directory)
-    loaded: tuple[Experiment, GenerationStrategy] | None = None
+    loaded: tuple[Experiment, GenerationStrategy | None] | None = None
     try:
         if snapshot.exists():
             loaded = load_snapshot(snapshot)

@@ -2,15 +2,25 @@ r"""An Ax runner and metric for training runs that report learning curves.
 
 ``CurveRunner`` starts each trial as a job (:mod:`gpar_bo.tuning.jobs`) in a local
 process pool (default: trials run in parallel) or on a ``dask.distributed``
-cluster (a ``LocalCluster``, or an existing scheduler by address), and stops a
-trial by dropping a stop file the job checks after every epoch. ``CurveMetric``
-reads a trial's progress file and returns its full prefix, one row per step, while
-the trial runs (``is_available_while_running``), which is what GPAR and
+cluster (a ``LocalCluster``, or an existing scheduler by address). After each
+checkpoint a job waits for a verdict (continue, pause or stop) that the tuning loop
+gives through :meth:`CurveRunner.verdict`; :meth:`CurveRunner.awaiting` lists the jobs
+waiting, :meth:`CurveRunner.paused` the paused ones and :meth:`CurveRunner.resume`
+starts a paused job again from its checkpoint. ``CurveMetric`` reads a trial's
+progress file and returns its full prefix, one row per step, while the trial runs
+(``is_available_while_running``), which is what GPAR and
 ``GPAREarlyStoppingStrategy`` need.
 
-Trial status comes from the progress file's final line. A running trial that no
+Trial status comes from the progress file's latest status line. A paused trial is
+RUNNING for Ax (it is not finished) but holds no worker. A running trial that no
 live job of this runner owns (the tuning process was restarted) or whose job died
-without a final line is reported FAILED, so a resumed loop carries on.
+without a final line is reported FAILED, so a resumed loop carries on
+(:func:`gpar_bo.tuning.recovery.reconcile` first turns such trials of resumable jobs
+into paused ones, which resume from their last checkpoint).
+
+Ax's own ``Orchestrator`` gives no verdicts: use
+:class:`gpar_bo.tuning.orchestrator.VerdictOrchestrator`, or
+``CurveRunner(..., verdict_timeout=None)`` for jobs that do not wait for verdicts.
 
 For Ax's JSON storage, pass :func:`json_registries` to ``object_to_json`` /
 ``object_from_json``; for SQL storage (with SQLAlchemy installed),
@@ -19,9 +29,11 @@ For Ax's JSON storage, pass :func:`json_registries` to ``object_to_json`` /
 
 from __future__ import annotations
 
+import functools
 import math
 import multiprocessing
 import os
+import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
 from datetime import timedelta
@@ -39,17 +51,30 @@ from ax.storage.runner_registry import register_runners
 from ax.utils.common.result import Err, Ok
 
 from gpar_bo.tuning.jobs import (
+    DEFAULT_VERDICT_TIMEOUT,
+    INTERRUPTED,
+    VERDICTS,
+    JobRecord,
+    accepts_checkpoint_dir,
+    append_status,
     create_progress_file,
     exit_with_parent,
+    is_interrupted,
+    read_job,
     read_progress,
+    read_verdict,
+    resolve,
     run_training_job,
+    write_verdict,
 )
 
-__all__ = ["CurveMetric", "CurveRunner", "json_registries", "registry_bundle"]
+__all__ = ["INTERRUPTED", "CurveMetric", "CurveRunner", "json_registries", "registry_bundle"]
 
-#: Stop reason of jobs stopped because the tuning process ended or lost them; such
-#: trials are FAILED (interrupted), not EARLY_STOPPED.
-INTERRUPTED = "interrupted: the tuning process stopped or lost this job"
+
+@functools.lru_cache(maxsize=None)
+def _is_resumable(train: str) -> bool:
+    # Cached per function, not on the runner: Ax compares runners by their attributes.
+    return accepts_checkpoint_dir(resolve(train))
 
 
 class CurveMetric(MapMetric):
@@ -71,9 +96,10 @@ class CurveMetric(MapMetric):
 
     @classmethod
     def period_of_new_data_after_trial_completion(cls) -> timedelta:
-        # Ax marks a trial EARLY_STOPPED when it asks it to stop, but the job only sees
-        # the stop file after the epoch it is training; keep fetching so that epoch (the
-        # final one, if the stop came during it) reaches the model and the budget.
+        # Ax marks a trial EARLY_STOPPED when it asks it to stop; a job that was not
+        # waiting for a verdict (verdict_timeout=None, or a stop decided while it
+        # trained) reports the epoch in progress first: keep fetching so that epoch
+        # reaches the model and the budget.
         return timedelta(days=1)
 
     def fetch_trial_data(self, trial: BaseTrial, **kwargs: Any) -> MetricFetchResult:
@@ -114,7 +140,16 @@ class CurveRunner(Runner):
             workers must see ``directory`` and be able to import ``train``.
         final_step: The step of a full run (e.g. its number of epochs). A job
             that reports it is COMPLETED even if a stop (early stopping, or the
-            tuning process ending) arrived while it trained that step.
+            tuning process ending) arrived while it trained that step, and awaits
+            no verdict after it.
+        verdict_timeout: Seconds a job waits for its verdict after each checkpoint
+            before it pauses (a job that cannot pause stops, as interrupted). None:
+            jobs do not wait; a stop or pause reaches them at their next report
+            (for Ax's plain ``Orchestrator``, which gives no verdicts).
+
+    A training function that accepts a ``checkpoint_dir`` keyword is resumable: its
+    job gets ``directory/trial_<i>/`` and can be paused and resumed
+    (:mod:`gpar_bo.tuning.jobs`). Others can be stopped, not paused.
     """
 
     def __init__(
@@ -126,7 +161,11 @@ class CurveRunner(Runner):
         use_dask: bool = False,
         scheduler_address: str | None = None,
         final_step: float | None = None,
+        verdict_timeout: float | None = DEFAULT_VERDICT_TIMEOUT,
     ) -> None:
+        if verdict_timeout is not None and not verdict_timeout > 0:
+            raise ValueError(
+                f"verdict_timeout must be > 0 seconds or None, got {verdict_timeout}.")
         self.train = train
         self.directory = str(directory)
         self.train_kwargs = dict(train_kwargs or {})
@@ -134,6 +173,7 @@ class CurveRunner(Runner):
         self.use_dask = use_dask
         self.scheduler_address = scheduler_address
         self.final_step = final_step
+        self.verdict_timeout = verdict_timeout
         self._executor: Any = None
         self._futures: dict[int, Future] = {}
 
@@ -163,12 +203,18 @@ class CurveRunner(Runner):
         return self._executor
 
     def shutdown(self, stop_running: bool = True) -> None:
-        """Stop the executor; by default running jobs stop after their current step
-        and are reported FAILED (interrupted) if the experiment is resumed."""
+        """Stop the executor; by default running jobs end after their current step:
+        resumable ones pause (a resumed experiment resumes them), others stop and are
+        reported FAILED (interrupted) if the experiment is resumed."""
         if stop_running:
+            resumable = self.resumable
             for index, future in self._futures.items():
-                if not future.done():
-                    self.stop_file(index).write_text(INTERRUPTED)
+                given = read_verdict(self.verdict_file(index)) or {}
+                # A stop (or pause) the job has not read yet stands: Ax already counts
+                # the trial as stopped.
+                if not future.done() and given.get("verdict") not in ("stop", "pause"):
+                    write_verdict(self.verdict_file(index), None,
+                                  "pause" if resumable else "stop", INTERRUPTED)
         if self._executor is not None:
             if self.use_dask:
                 cluster = getattr(self._executor, "cluster", None)
@@ -185,9 +231,38 @@ class CurveRunner(Runner):
         """The progress file of trial ``index``."""
         return Path(self.directory) / f"trial_{index}.jsonl"
 
-    def stop_file(self, index: int) -> Path:
-        """The stop file of trial ``index``."""
-        return Path(self.directory) / f"trial_{index}.stop"
+    def verdict_file(self, index: int) -> Path:
+        """The verdict file of trial ``index``."""
+        return Path(self.directory) / f"trial_{index}.verdict"
+
+    def checkpoint_dir(self, index: int) -> Path:
+        """The checkpoint directory of trial ``index`` (used if the job is resumable)."""
+        return Path(self.directory) / f"trial_{index}"
+
+    @property
+    def resumable(self) -> bool:
+        """Whether ``train`` accepts a ``checkpoint_dir`` (its jobs can pause)."""
+        return _is_resumable(self.train)
+
+    def _live(self, index: int) -> bool:
+        future = self._futures.get(index)
+        return future is not None and not future.done()
+
+    def _submit(self, index: int, args: tuple) -> None:
+        executor = self._get_executor()
+        if self.use_dask:
+            # A key per run: a resumed job is a new task.
+            future = executor.submit(run_training_job, *args, pure=False,
+                                     key=f"gpar-bo-trial-{index}-{id(self)}-{time.time_ns()}")
+        else:
+            future = executor.submit(run_training_job, *args)
+        self._futures[index] = future
+
+    def _job_args(self, index: int, parameters: Mapping[str, Any],
+                  checkpoint_dir: str | None) -> tuple:
+        return (self.train, self.train_kwargs, dict(parameters), index,
+                str(self.progress_file(index)), str(self.verdict_file(index)), self.final_step,
+                checkpoint_dir, self.verdict_timeout)
 
     # ------------------------------------------------------------ Ax runner
     def run(self, trial: BaseTrial) -> dict[str, Any]:
@@ -202,10 +277,12 @@ class CurveRunner(Runner):
                 loop recovers such trials instead of starting them again).
         """
         Path(self.directory).mkdir(parents=True, exist_ok=True)
-        progress, stop = self.progress_file(trial.index), self.stop_file(trial.index)
+        progress, verdicts = self.progress_file(trial.index), self.verdict_file(trial.index)
         arm = trial.arms[0]
+        checkpoint_dir = str(self.checkpoint_dir(trial.index)) if self.resumable else None
         header = {"trial": trial.index, "arm": arm.name, "parameters": dict(arm.parameters),
-                  "train": self.train, "train_kwargs": self.train_kwargs}
+                  "train": self.train, "train_kwargs": self.train_kwargs,
+                  "checkpoint_dir": checkpoint_dir}
         try:
             create_progress_file(progress, header)
         except FileExistsError:
@@ -213,34 +290,131 @@ class CurveRunner(Runner):
                 f"Refusing to start trial {trial.index}: its progress file {progress} "
                 "already exists and records an earlier job, which is never overwritten."
             ) from None
-        stop.unlink(missing_ok=True)  # no job of this index ever ran: a stray file
-        args = (self.train, self.train_kwargs, dict(arm.parameters), trial.index,
-                str(progress), str(stop), self.final_step)
-        executor = self._get_executor()
-        if self.use_dask:
-            future = executor.submit(run_training_job, *args, pure=False,
-                                     key=f"gpar-bo-trial-{trial.index}-{id(self)}")
-        else:
-            future = executor.submit(run_training_job, *args)
-        self._futures[trial.index] = future
-        return {"progress_file": str(progress), "stop_file": str(stop)}
+        verdicts.unlink(missing_ok=True)  # no job of this index ever ran: a stray file
+        self._submit(trial.index, self._job_args(trial.index, arm.parameters, checkpoint_dir))
+        return {"progress_file": str(progress), "verdict_file": str(verdicts),
+                "checkpoint_dir": checkpoint_dir}
 
     def poll_available_capacity(self) -> int:
-        # Stopped jobs finish their current epoch before freeing a worker.
-        busy = sum(not future.done() for future in self._futures.values())
+        """Workers free: a job waiting for its verdict holds its worker, a paused one does
+        not, and neither does one told to stop or pause.
+
+        A job told to stop or pause is over for Ax (its trial may already be
+        EARLY_STOPPED) and ends at its next report, at once if it waits; counting it
+        busy could leave Ax with no running trial and no capacity. A job started
+        meanwhile waits in the executor's queue for that worker.
+        """
+        busy = sum(not future.done() and not self._ending(index)
+                   for index, future in self._futures.items())
         return max(self.max_workers - busy, 0)
 
+    def _ending(self, index: int) -> bool:
+        verdict = read_verdict(self.verdict_file(index))
+        return verdict is not None and verdict.get("verdict") in ("stop", "pause")
+
+    # ------------------------------------------------------ pause and resume
+    def _awaited_step(self, index: int, job: JobRecord) -> float | None:
+        """The step trial ``index``'s live job waits after, or None."""
+        if self.verdict_timeout is None or not self._live(index) or job.status is not None:
+            return None
+        if job.run_steps == 0:
+            return None  # the latest run has not reported yet: it trains
+        step = job.last_step
+        if self.final_step is not None and step >= self.final_step:
+            return None
+        verdict = read_verdict(self.verdict_file(index))
+        if verdict is not None and (verdict.get("verdict") in ("stop", "pause") or (
+                verdict.get("step") is not None and float(verdict["step"]) >= step)):
+            return None  # answered: the job trains on or is ending
+        return step
+
+    def awaiting(self, trials: Iterable[BaseTrial]) -> dict[int, float]:
+        """Trial index -> step, for the trials whose job waits for a verdict after that
+        step (it reported the step and trains no further until :meth:`verdict`)."""
+        found = {}
+        for trial in trials:
+            step = self._awaited_step(trial.index, read_job(self.progress_file(trial.index)))
+            if step is not None:
+                found[trial.index] = step
+        return found
+
+    def verdict(self, trial: BaseTrial, verdict: str, reason: str | None = None) -> bool:
+        """Give trial ``trial``'s job its verdict: ``"continue"``, ``"pause"`` or ``"stop"``.
+
+        A waiting job acts on it at once; a job that trains acts on a pause or stop at
+        its next report (a continue then counts for nothing). A stop for a paused
+        trial records it stopped in its progress file (no job runs to do it).
+
+        Returns:
+            Whether the job was waiting for a verdict (False: it trains, is paused,
+            or has finished).
+
+        Raises:
+            ValueError: ``verdict`` is not one of ``VERDICTS``, or a pause for a job
+                that cannot pause (its function takes no ``checkpoint_dir``).
+        """
+        if verdict not in VERDICTS:
+            raise ValueError(f"A verdict is one of {VERDICTS}, not {verdict!r}.")
+        Path(self.directory).mkdir(parents=True, exist_ok=True)
+        job = read_job(self.progress_file(trial.index))
+        if verdict == "pause" and not (job.resumable if job.header else self.resumable):
+            raise ValueError(
+                f"Trial {trial.index}'s job cannot pause: {self.train} takes no "
+                "'checkpoint_dir' keyword (it can be stopped, not paused).")
+        step = self._awaited_step(trial.index, job)
+        if job.paused and not self._live(trial.index):
+            if verdict == "stop":
+                append_status(self.progress_file(trial.index), {
+                    "status": "stopped", "step": job.last_step, "reason": reason or ""})
+            return False
+        write_verdict(self.verdict_file(trial.index),
+                      step if step is not None else job.last_step, verdict, reason)
+        return step is not None
+
+    def paused(self, trials: Iterable[BaseTrial]) -> set[int]:
+        """The trials whose job is paused (resumable, and not resumed yet)."""
+        return {trial.index for trial in trials
+                if not self._live(trial.index)
+                and (job := read_job(self.progress_file(trial.index))).paused
+                and job.resumable}
+
+    def resume(self, trial: BaseTrial) -> None:
+        """Start a paused trial's job again; it continues from its checkpoint.
+
+        Its new run appends to the same progress file and waits for verdicts as before.
+
+        Raises:
+            ValueError: The trial is not paused (it runs, finished, or never started)
+                or its job cannot resume (no checkpoint directory).
+        """
+        job = read_job(self.progress_file(trial.index))
+        if self._live(trial.index) or not job.paused:
+            state = ("running" if self._live(trial.index) else
+                     "not started" if job.header is None else
+                     (job.status or {}).get("status", "running or interrupted"))
+            raise ValueError(f"Trial {trial.index} is not paused ({state}); only a paused "
+                             "trial can be resumed.")
+        if not job.resumable:
+            raise ValueError(f"Trial {trial.index}'s job has no checkpoint directory; it "
+                             "cannot resume.")
+        # A verdict of the run that paused must not end the new one.
+        self.verdict_file(trial.index).unlink(missing_ok=True)
+        self._submit(trial.index, self._job_args(trial.index, job.header["parameters"],
+                                                 job.header["checkpoint_dir"]))
+
     def poll_trial_status(self, trials: Iterable[BaseTrial]) -> dict[TrialStatus, set[int]]:
-        """Status from each progress file; orphaned or crashed jobs are FAILED."""
+        """Status from each progress file: a paused trial is RUNNING; orphaned or
+        crashed jobs are FAILED."""
         statuses: dict[TrialStatus, set[int]] = {}
         for trial in trials:
             steps, record = read_progress(self.progress_file(trial.index))
             future = self._futures.get(trial.index)
             if record is not None:
                 status = {"completed": TrialStatus.COMPLETED,
-                          "stopped": TrialStatus.EARLY_STOPPED}.get(record["status"],
-                                                                    TrialStatus.FAILED)
-                if record.get("reason") == INTERRUPTED:
+                          "stopped": TrialStatus.EARLY_STOPPED,
+                          "paused": TrialStatus.RUNNING}.get(record["status"],
+                                                             TrialStatus.FAILED)
+                if record["status"] == "stopped" and is_interrupted(record.get("reason")):
                     status = TrialStatus.FAILED
             elif future is not None and not future.done():
                 status = TrialStatus.RUNNING
@@ -250,7 +424,7 @@ class CurveRunner(Runner):
             else:
                 # No live job writes this file: the process that ran it is gone.
                 # In case an orphaned job still runs.
-                self.stop_file(trial.index).write_text(INTERRUPTED)
+                write_verdict(self.verdict_file(trial.index), None, "stop", INTERRUPTED)
                 status = TrialStatus.FAILED
             statuses.setdefault(status, set()).add(trial.index)
         return statuses
@@ -262,9 +436,9 @@ class CurveRunner(Runner):
         return "The job ended without a final status (the process running it died)."
 
     def stop(self, trial: BaseTrial, reason: str | None = None) -> dict[str, Any]:
-        """Ask the trial's job to stop after its current step."""
-        Path(self.directory).mkdir(parents=True, exist_ok=True)
-        self.stop_file(trial.index).write_text(reason or "")
+        """Give the trial's job a "stop" verdict: a waiting job stops at once, trains
+        no further epoch; a training one after its current step."""
+        self.verdict(trial, "stop", reason or "")
         return {"stop_reason": reason}
 
 

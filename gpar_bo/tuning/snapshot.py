@@ -44,20 +44,25 @@ def backup_path(path: str | Path) -> Path:
     return path.with_name(path.name + ".bak")
 
 
-def save_snapshot(path: str | Path, experiment: Experiment, strategy: GenerationStrategy) -> None:
+def save_snapshot(
+    path: str | Path, experiment: Experiment, strategy: GenerationStrategy | None
+) -> None:
     """Write Ax's JSON encoding of the experiment and strategy, atomically; the
-    snapshot it replaces is kept as the last good copy (:func:`backup_path`)."""
+    snapshot it replaces is kept as the last good copy (:func:`backup_path`).
+
+    ``strategy`` is None when no generation strategy makes the trials (freeze-thaw
+    scheduling: :mod:`gpar_bo.tuning.freeze_thaw`)."""
     encoders, _ = json_registries()
     encode = {"encoder_registry": encoders, "class_encoder_registry": CORE_CLASS_ENCODER_REGISTRY}
     snapshot = {
         "experiment": object_to_json(experiment, **encode),
-        "generation_strategy": object_to_json(strategy, **encode),
+        "generation_strategy": None if strategy is None else object_to_json(strategy, **encode),
     }
     atomic_write_text(path, json.dumps(snapshot), backup=backup_path(path))
 
 
-def load_snapshot(path: str | Path) -> tuple[Experiment, GenerationStrategy]:
-    """Read a snapshot written by :func:`save_snapshot`.
+def load_snapshot(path: str | Path) -> tuple[Experiment, GenerationStrategy | None]:
+    """Read a snapshot written by :func:`save_snapshot` (the strategy may be None).
 
     Raises:
         SnapshotDamaged: The file is empty, not JSON (e.g. truncated), not a
@@ -88,13 +93,16 @@ def load_snapshot(path: str | Path) -> tuple[Experiment, GenerationStrategy]:
     decode = {"decoder_registry": decoders, "class_decoder_registry": CORE_CLASS_DECODER_REGISTRY}
     try:
         experiment = object_from_json(snapshot["experiment"], **decode)
-        strategy = generation_strategy_from_json(snapshot["generation_strategy"],
-                                                 experiment=experiment, **decode)
+        strategy = (None if snapshot["generation_strategy"] is None else
+                    generation_strategy_from_json(snapshot["generation_strategy"],
+                                                  experiment=experiment, **decode))
     except Exception as error:  # Ax's decoders raise anything from KeyError to TypeError
         raise SnapshotDamaged(
             f"{path} is damaged: Ax cannot decode it ({type(error).__name__}: {error})."
         ) from error
-    if not isinstance(experiment, Experiment) or not isinstance(strategy, GenerationStrategy):
+    if not isinstance(experiment, Experiment) or not isinstance(
+        strategy, (GenerationStrategy, type(None))
+    ):
         raise SnapshotDamaged(f"{path} is damaged: it does not decode to an experiment "
                               "and a generation strategy.")
     return experiment, strategy

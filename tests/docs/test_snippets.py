@@ -50,6 +50,8 @@ def test_example_runs(example: str, tmp_path: Path) -> None:
         [sys.executable, str(ROOT / "examples" / example), *QUICK_ARGS.get(example, [])],
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
         # One thread, as CI sets it: small GP fits are much slower on oversubscribed cores.
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        # This checkout's package, not whichever one is installed.
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
+            [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])},
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -18,7 +18,7 @@ from pathlib import Path
 #: ``tune`` settings that keep these runs light: Sobol trials only and no trial judged
 #: for early stopping before its final epoch, so no GP fit slows the crash tests down.
 LIGHT = {
-    "num_sobol_trials": 1000, "min_epochs": 4, "workers": 2, "poll_seconds": 0.1,
+    "scheduler": "early-stopping", "num_sobol_trials": 1000, "min_epochs": 4, "workers": 2, "poll_seconds": 0.1,
     "progress": False, "fit_kwargs": {"optimizer_kwargs": {"options": {"maxiter": 30}}},
 }
 

@@ -39,8 +39,8 @@ CASES = {
     "zero epochs": (["--epochs", "0"], "epochs must be >= 1 (got 0)"),
     "out is a file": (["--out", "{tmp}/file"], "is a file, not a directory"),
     "out cannot be made": (["--out", "/dev/null/out"], "is not writable"),
-    "scheduler unreachable": (["--scheduler", "tcp://127.0.0.1:{port}",
-                               "--scheduler-timeout", "1"], "Cannot reach the dask scheduler"),
+    "scheduler unreachable": (["--dask-scheduler", "tcp://127.0.0.1:{port}",
+                               "--dask-scheduler-timeout", "1"], "Cannot reach the dask scheduler"),
 }
 
 
@@ -57,7 +57,7 @@ def test_bad_arguments_are_one_line_before_anything_starts(
     flags = [flag.format(**values) for flag in flags]
     out = ["--out", str(tmp_path / "out")] if "--out" not in flags else []
     with pytest.raises(SystemExit) as exit_info:
-        main(["tune", *out, "--epochs", "3", "--budget", "6", "--no-progress", *flags])
+        main(["tune", "--scheduler", "early-stopping", *out, "--epochs", "3", "--budget", "6", "--no-progress", *flags])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "Traceback" not in err
     error_lines = [line for line in err.splitlines() if "error:" in line]
@@ -73,12 +73,12 @@ def test_a_folder_whose_trials_trained_nothing_may_be_reused(tmp_path: Path) -> 
     broken = toy_problem(3)
     broken.train_kwargs = {**broken.train_kwargs, "noise_std": "not a number"}
     with pytest.raises(TuneError, match="too many trials failed") as error:
-        tune(broken, out, 100, num_sobol_trials=6, workers=2, poll_seconds=0.1,
+        tune(broken, out, 100, scheduler="early-stopping", num_sobol_trials=6, workers=2, poll_seconds=0.1,
              progress=False)
     # The cause the jobs recorded, not only Ax's failure-rate message.
     assert "TypeError" in str(error.value) and "\n" not in str(error.value)
 
-    report = tune(toy_problem(3), out, 100, num_sobol_trials=2, workers=2, poll_seconds=0.1,
+    report = tune(toy_problem(3), out, 100, scheduler="early-stopping", num_sobol_trials=2, workers=2, poll_seconds=0.1,
                   progress=False, max_trials=2)
     assert len(report["trials"]) == 2 and report["epochs_trained"] == 6
     experiment, _ = load_snapshot(out / "snapshot.json")
@@ -89,10 +89,10 @@ def test_a_folder_whose_trials_trained_nothing_may_be_reused(tmp_path: Path) -> 
 
 def test_a_folder_with_trained_epochs_of_another_problem_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    tune(toy_problem(3), out, 100, num_sobol_trials=1, workers=1, poll_seconds=0.1,
+    tune(toy_problem(3), out, 100, scheduler="early-stopping", num_sobol_trials=1, workers=1, poll_seconds=0.1,
          progress=False, max_trials=1)
     with pytest.raises(ValueError, match="another tuning experiment"):
-        tune(toy_problem(4), out, 100, progress=False)
+        tune(toy_problem(4), out, 100, scheduler="early-stopping", progress=False)
 
 
 def test_a_problem_check_runs_before_anything_starts(tmp_path: Path) -> None:
@@ -100,5 +100,5 @@ def test_a_problem_check_runs_before_anything_starts(tmp_path: Path) -> None:
                                "check": "gpar_bo.problems.mnist.job:check_mnist_job"})
     problem.train_kwargs = {"epochs": 3, "max_examples": 5}
     with pytest.raises(ValueError, match="too small"):
-        tune(problem, tmp_path / "out", 100, progress=False)
+        tune(problem, tmp_path / "out", 100, scheduler="early-stopping", progress=False)
     assert not (tmp_path / "out").exists()

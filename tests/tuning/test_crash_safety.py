@@ -15,6 +15,10 @@ the moment: every file recorded is still there and begins with what was recorded
 (append-only: no job was rerun over it), every file belongs to exactly one trial, each
 trial's data holds exactly the epochs its file reports, and the report's epoch count
 is the number of epochs the files report.
+
+The toy job is resumable, so the jobs a crash interrupts are paused (by the next run's
+reconciliation) and resumed from their checkpoint: at the end every trial reported
+epochs 1..E exactly once each, none lost and none trained twice.
 """
 
 from __future__ import annotations
@@ -148,6 +152,11 @@ def test_kill_9_at_any_moment_loses_nothing(tmp_path: Path) -> None:
         assert got == sorted(expected), f"trial {index}: data {got}, its file {expected}"
         if len(expected) == EPOCHS:
             assert trial.status in (TrialStatus.COMPLETED, TrialStatus.EARLY_STOPPED)
+        # Resumed from its last checkpoint: no reported epoch lost, none trained twice.
+        assert expected == list(range(1, EPOCHS + 1)), f"trial {index}: {expected}"
+        assert trial.status == TrialStatus.COMPLETED, (index, trial.status)
     trained = sum(len(_steps(text, tmp_path)) for text in files.values())
     assert report["epochs_trained"] == trained
     assert len(experiment.trials) >= before + 1
+    paused = [i for i, text in files.items() if '"status": "paused"' in text]
+    assert paused, "no crash interrupted a job: the resume path went untested"

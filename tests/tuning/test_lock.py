@@ -61,7 +61,8 @@ def test_a_second_process_is_refused_and_a_killed_holders_lock_taken_over(
         for name, text in files_before.items():  # the second touched none of its files
             assert (out / "runs" / name).read_text().startswith(text)
         # The second did not stop the first's running trials as "interrupted".
-        assert not [p for p in (out / "runs").glob("*.stop") if INTERRUPTED in p.read_text()]
+        assert not [p for p in (out / "runs").glob("*.verdict")
+                    if INTERRUPTED in p.read_text()]
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
@@ -95,7 +96,7 @@ def test_the_cli_refuses_a_locked_directory_in_one_line(
     from gpar_bo.tuning.lock import DirectoryLock
 
     with DirectoryLock(tmp_path):
-        code = main(["tune", "--out", str(tmp_path), "--epochs", "3", "--budget", "6",
+        code = main(["tune", "--scheduler", "early-stopping", "--out", str(tmp_path), "--epochs", "3", "--budget", "6",
                      "--max-examples", "300", "--no-progress"])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err

@@ -18,6 +18,7 @@ from ax.core.search_space import SearchSpace
 from ax.core.trial_status import TrialStatus
 
 from gpar_bo.problems.toy import toy_problem
+from gpar_bo.tuning.jobs import read_job
 from gpar_bo.tuning.loop import EpochBudget, tune
 from gpar_bo.tuning.snapshot import load_snapshot
 from gpar_bo.cli import build_parser, main
@@ -43,12 +44,16 @@ def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path) -> Non
         from gpar_bo.tuning.loop import tune
         if __name__ == "__main__":
             torch.set_num_threads(1)
-            tune(toy_problem({EPOCHS}, 0.15), sys.argv[1], 1000, num_sobol_trials=4,
+            tune(toy_problem({EPOCHS}, 0.15), sys.argv[1], 1000, scheduler="early-stopping", num_sobol_trials=4,
                  poll_seconds=0.2, progress=False, **{FAST!r})
     """))
     # Its own session, so that killing it takes its workers down too (a crash).
+    # This checkout's package, not whichever one is installed.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).resolve().parents[2]),
+         *filter(None, [os.environ.get("PYTHONPATH")])])}
     process = subprocess.Popen([sys.executable, str(script), str(out)], start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
@@ -72,9 +77,9 @@ def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path) -> Non
 
     for other in (toy_problem(EPOCHS + 1, 0.15), toy_problem(EPOCHS, 0.3)):  # epochs; job settings
         with pytest.raises(ValueError, match="another tuning experiment"):
-            tune(other, out, 1000, progress=False)
+            tune(other, out, 1000, scheduler="early-stopping", progress=False)
     # A high threshold makes early stopping near-certain on this problem.
-    report = tune(toy_problem(EPOCHS, 0.15), out, 1000, num_sobol_trials=4, poll_seconds=0.2,
+    report = tune(toy_problem(EPOCHS, 0.15), out, 1000, scheduler="early-stopping", num_sobol_trials=4, poll_seconds=0.2,
                   threshold=0.3, min_epochs=2, progress=False,
                   max_trials=len(before.trials) + 3, **FAST)
 
@@ -84,8 +89,10 @@ def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path) -> Non
         assert after.trials[index].status == TrialStatus.COMPLETED
         assert curves_after[index] == curves_before[index]
         assert len(curves_after[index]) == EPOCHS
-    for index in running:
-        assert after.trials[index].status in (TrialStatus.FAILED, TrialStatus.COMPLETED)
+    for index in running:  # interrupted, then resumed from their checkpoints
+        assert after.trials[index].status in (TrialStatus.COMPLETED, TrialStatus.EARLY_STOPPED)
+        steps = [s for s, _ in read_job(after.trials[index].run_metadata["progress_file"]).steps]
+        assert steps == list(range(1, len(steps) + 1))  # none lost, none trained twice
     new = set(after.trials) - set(before.trials)
     assert len(new) == 3
     assert all(after.trials[i].status.is_terminal for i in new)
@@ -99,6 +106,7 @@ def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path) -> Non
     assert len(best["values"]) == EPOCHS
     assert best["final"] == min(t["values"][-1] for t in report["trials"]
                                 if len(t["steps"]) == EPOCHS)
+    total_saved = 0
     for trial in report["trials"]:
         assert trial["stopped"] == (trial["status"] == "EARLY_STOPPED")
         if len(trial["steps"]) < EPOCHS:  # stopped (or failed) before the final epoch
@@ -106,6 +114,14 @@ def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path) -> Non
             assert band["q05"] <= band["mean"] <= band["q95"]
         else:
             assert "predicted_final" not in trial
+        # A stop saves every epoch after the one it was decided on; the job trained none.
+        job = read_job(after.trials[trial["index"]].run_metadata["progress_file"])
+        assert len(job.steps) == len(trial["steps"])
+        assert trial["epochs_saved"] == (EPOCHS - len(trial["steps"]) if trial["stopped"] else 0)
+        if trial["stopped"]:
+            assert job.status["status"] == "stopped" and job.status["step"] == trial["steps"][-1]
+        total_saved += trial["epochs_saved"]
+    assert report["epochs_saved"] == total_saved
     assert (out / "report.png").stat().st_size > 0
 
 
@@ -127,7 +143,7 @@ def test_a_relative_output_directory_is_stored_absolute(
 ) -> None:
     # A resume from another working directory must still find the progress files.
     monkeypatch.chdir(tmp_path)
-    tune(toy_problem(3), "out", 6, num_sobol_trials=2, workers=1, poll_seconds=0.1,
+    tune(toy_problem(3), "out", 6, scheduler="early-stopping", num_sobol_trials=2, workers=1, poll_seconds=0.1,
          progress=False)
     experiment, _ = load_snapshot(tmp_path / "out" / "snapshot.json")
     assert Path(experiment.runner.directory) == tmp_path.resolve() / "out" / "runs"
@@ -139,13 +155,15 @@ def test_a_relative_output_directory_is_stored_absolute(
 def test_tune_cli_parses_and_runs_a_small_mnist_job(tmp_path: Path, capsys) -> None:
     args = build_parser().parse_args(["tune", "--budget", "7"])
     assert args.budget == 7 and args.epochs == 10 and args.workers == 2
+    assert args.scheduler == "freeze-thaw" and args.dask_scheduler is None
     # Two Sobol trials, then one GPAR trial on the six MLP hyperparameters.
-    code = main(["tune", "--out", str(tmp_path), "--max-examples", "300", "--epochs", "2",
+    code = main(["tune", "--scheduler", "early-stopping", "--out", str(tmp_path), "--max-examples", "300", "--epochs", "2",
                  "--budget", "6", "--sobol-trials", "2", "--workers", "2", "--no-progress"])
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["best"] is not None and 0.0 <= summary["best"]["val_error"] <= 1.0
     assert summary["trials"] == 3 and summary["epochs_trained"] <= 6
+    assert summary["epochs_saved"] == 0  # 2-epoch trials: none stopped
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["metric"] == "val_error"
     assert set(report["best"]["parameters"]) == {
@@ -157,12 +175,13 @@ def test_tune_cli_parses_and_runs_a_small_mnist_job(tmp_path: Path, capsys) -> N
     [(["--workers", "0"], "workers must be >= 1"),
      (["--budget", "3"], "must cover one full trial"),
      (["--min-epochs", "0"], "min_epochs must be in"),
-     (["--threshold", "1.5"], "threshold must be a probability")],
+     (["--threshold", "1.5"], "threshold must be a probability"),
+     (["--verdict-timeout", "0"], "verdict_timeout must be > 0")],
 )
 def test_tune_cli_rejects_settings_that_cannot_run(
     flags: list[str], message: str, tmp_path: Path, capsys
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        main(["tune", "--out", str(tmp_path), "--epochs", "4", *flags])
+        main(["tune", "--scheduler", "early-stopping", "--out", str(tmp_path), "--epochs", "4", *flags])
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
     assert not any(tmp_path.iterdir())  # nothing started

@@ -1,4 +1,4 @@
-"""The report's legend names only what the plot draws."""
+"""The report's legend names only what the plot draws; stop markers sit where runs stopped."""
 
 from __future__ import annotations
 
@@ -10,13 +10,17 @@ import pytest
 from gpar_bo.tuning import report as report_module
 
 
-def _legend(report: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def _axes(report: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     import matplotlib.pyplot as plt
 
     figures = []
     monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
     report_module._plot(report, tmp_path / "report.png")
-    legend = figures[0].axes[0].get_legend()
+    return figures[0].axes[0]
+
+
+def _legend(report: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    legend = _axes(report, tmp_path, monkeypatch).get_legend()
     return [] if legend is None else [t.get_text() for t in legend.get_texts()]
 
 
@@ -54,3 +58,19 @@ def test_every_style_drawn_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     labels = _legend(_report(trials), tmp_path, monkeypatch)
     assert labels == ["best: trial 0 (0.25)", "completed / failed", "early-stopped", "running",
                       "GPAR final-value 90% band", "GPAR final-value 90% band (early-stopped)"]
+
+
+def test_stop_markers_sit_at_the_epoch_each_run_stopped_and_the_title_counts_savings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    matplotlib.use("Agg")
+    trials = [_trial(0, "COMPLETED", 4), _trial(1, "EARLY_STOPPED", 2),
+              _trial(2, "EARLY_STOPPED", 3)]
+    report = _report(trials)
+    report["epochs_saved"] = 3
+    axes = _axes(report, tmp_path, monkeypatch)
+    markers = sorted((float(line.get_xdata()[0]), float(line.get_ydata()[0]))
+                     for line in axes.get_lines()
+                     if line.get_marker() == "x" and len(line.get_xdata()))
+    assert markers == [(2.0, 0.5), (3.0, pytest.approx(1 / 3))]
+    assert axes.get_title() == "3 trials, 9 epochs trained, 3 saved by early stopping"

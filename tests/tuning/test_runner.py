@@ -14,10 +14,11 @@ from ax.core.parameter import ParameterType, RangeParameter
 from ax.core.search_space import SearchSpace
 from ax.core.trial import Trial
 from ax.core.trial_status import TrialStatus
-from ax.orchestration.orchestrator import Orchestrator, OrchestratorOptions
+from ax.orchestration.orchestrator import OrchestratorOptions
 
 from gpar_bo.ax import GPAREarlyStoppingStrategy, gpar_generation_strategy
-from gpar_bo.tuning.jobs import read_progress, run_training_job
+from gpar_bo.tuning.jobs import read_job, read_progress, read_verdict, run_training_job
+from gpar_bo.tuning.orchestrator import VerdictOrchestrator as Orchestrator
 from gpar_bo.tuning.runner import INTERRUPTED, CurveMetric, CurveRunner
 
 EPOCHS = list(range(1, 9))
@@ -47,23 +48,26 @@ def attach(experiment: Experiment, parameters: dict) -> Trial:
     return trial
 
 
-def test_job_writes_every_epoch_and_obeys_the_stop_file(tmp_path: Path) -> None:
-    progress, stop = tmp_path / "p.jsonl", tmp_path / "p.stop"
+def test_job_writes_every_epoch_and_obeys_a_stop_verdict(tmp_path: Path) -> None:
+    progress, verdict = tmp_path / "p.jsonl", tmp_path / "p.verdict"
+    # verdict_timeout=None: no verdicts awaited, the job trains through.
     status = run_training_job(TOY, {"epochs": 5}, {"x1": 0.2, "x2": 0.3}, 0, str(progress),
-                              str(stop))
+                              str(verdict))
     steps, record = read_progress(progress)
     assert status == "completed" and record == {"status": "completed"}
     assert [s for s, _ in steps] == [1, 2, 3, 4, 5] and "error" in steps[0][1]
     progress.unlink()
-    stop.touch()  # asked to stop: finishes the first epoch, then stops
+    verdict.write_text('{"step": null, "verdict": "stop", "reason": "r"}')  # a stop: it
     assert run_training_job(TOY, {"epochs": 5}, {"x1": 0.2, "x2": 0.3}, 0, str(progress),
-                            str(stop)) == "stopped"
+                            str(verdict)) == "stopped"  # finishes the first epoch, then stops
     assert len(read_progress(progress)[0]) == 1
+    assert read_progress(progress)[1] == {"status": "stopped", "step": 1, "reason": "r"}
 
 
 def test_job_that_reports_its_final_step_completed_despite_a_stop(tmp_path: Path) -> None:
-    progress, stop = tmp_path / "p.jsonl", tmp_path / "p.stop"
-    stop.write_text("interrupted")  # e.g. Ctrl-C while the final epoch trained
+    progress, stop = tmp_path / "p.jsonl", tmp_path / "p.verdict"
+    # e.g. Ctrl-C while the final epoch trained
+    stop.write_text(json.dumps({"step": None, "verdict": "stop", "reason": INTERRUPTED}))
     args = (TOY, {"epochs": 1}, {"x1": 0.2, "x2": 0.3}, 0, str(progress), str(stop))
     assert run_training_job(*args, final_step=1) == "completed"
     assert read_progress(progress)[1] == {"status": "completed"}
@@ -109,7 +113,7 @@ def test_orphaned_running_trial_is_failed_and_asked_to_stop(tmp_path: Path) -> N
     statuses = runner.poll_trial_status([done, orphan, interrupted, stopped])
     assert statuses == {TrialStatus.COMPLETED: {0}, TrialStatus.FAILED: {1, 2},
                         TrialStatus.EARLY_STOPPED: {3}}
-    assert (tmp_path / "trial_1.stop").exists()
+    assert read_verdict(tmp_path / "trial_1.verdict")["verdict"] == "stop"
     assert "died" in runner.poll_exception(orphan)
 
 
@@ -156,7 +160,8 @@ def test_orchestrator_runs_gpar_with_early_stopping(tmp_path: Path) -> None:
     experiment = make_experiment(tmp_path, seconds_per_epoch=0.15, max_workers=2)
     strategy = gpar_generation_strategy(EPOCHS, num_sobol_trials=4, seed=0, fit_kwargs=FIT,
                                         acqf_optimizer_kwargs=ACQF)
-    # A high threshold makes stopping near-certain on this problem.
+    # A high threshold makes stopping near-certain on this problem. The jobs wait for a
+    # verdict after every epoch (VerdictOrchestrator gives them after early stopping).
     early_stopping = GPAREarlyStoppingStrategy(EPOCHS, threshold=0.3, min_progression=3,
                                                fit_kwargs=FIT)
     orchestrator = Orchestrator(experiment, strategy, OrchestratorOptions(
@@ -174,13 +179,17 @@ def test_orchestrator_runs_gpar_with_early_stopping(tmp_path: Path) -> None:
     steps = df.groupby("trial_index")["step"].max()
     stopped = [t.index for t in trials if t.status == TrialStatus.EARLY_STOPPED]
     assert stopped, "no trial was stopped"
-    # A stopped job trains on until it sees the stop; a fetch brings those epochs in.
-    trained = {i: len(read_progress(experiment.trials[i].run_metadata["progress_file"])[0])
-               for i in stopped}
-    assert all(3 <= steps[i] <= trained[i] for i in stopped)
+    # A stopped job trains no epoch past the one the decision was taken on: its progress
+    # file ends at the step the stopping strategy saw (the data Ax had when it stopped it),
+    # even though its epochs take a fraction of a poll interval.
+    for i in stopped:
+        job = read_job(experiment.trials[i].run_metadata["progress_file"])
+        assert [s for s, _ in job.steps] == list(range(1, int(steps[i]) + 1))
+        assert job.status["status"] == "stopped" and job.status["step"] == steps[i] >= 3
+        assert steps[i] < len(EPOCHS)
     experiment.fetch_data()
-    steps = experiment.lookup_data().full_df.groupby("trial_index")["step"].max()
-    assert all(steps[i] == trained[i] for i in stopped)
+    assert experiment.lookup_data().full_df.groupby("trial_index")["step"].max()[
+        stopped].tolist() == steps[stopped].tolist()  # nothing came in after the stop
     completed = [t.index for t in trials if t.status == TrialStatus.COMPLETED]
     assert completed and all(steps[i] == len(EPOCHS) for i in completed)
 
@@ -236,7 +245,8 @@ def test_dask_scheduler_address_runs_and_stops_a_trial(tmp_path: Path) -> None:
             assert time.monotonic() < deadline
             time.sleep(0.2)
         steps, record = read_progress(tmp_path / "trial_0.jsonl")
-        assert record == {"status": "stopped", "reason": "test"} and len(steps) < len(EPOCHS)
+        # It waited for its verdict after epoch 1: the stop reached it there.
+        assert record == {"status": "stopped", "step": 1, "reason": "test"} and len(steps) == 1
         runner.shutdown()
     finally:
         cluster.close()

@@ -28,9 +28,14 @@ def _steps(experiment) -> dict[int, list[float]]:
 def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small finished toy run: three Sobol trials of three epochs."""
     out = tmp_path_factory.mktemp("finished") / "out"
-    tune(toy_problem(EPOCHS), out, 100, num_sobol_trials=3, workers=2, poll_seconds=0.1,
+    tune(toy_problem(EPOCHS), out, 100, scheduler="early-stopping", num_sobol_trials=3, workers=2, poll_seconds=0.1,
          progress=False, max_trials=3)
     return out
+
+
+def _contents(runs: Path) -> dict[str, bytes]:
+    """Every file under ``runs/``: progress and verdict files, checkpoints."""
+    return {str(p.relative_to(runs)): p.read_bytes() for p in runs.rglob("*") if p.is_file()}
 
 
 def _copy(run: Path, tmp_path: Path) -> Path:
@@ -72,21 +77,21 @@ def test_a_damaged_snapshot_is_a_clear_error_and_the_last_good_copy_resumes(
     trials, steps = _curves(out)
     damage = _damage(out / "snapshot.json", how)
     damaged = (out / "snapshot.json").read_text()
-    runs = {p.name: p.read_text() for p in (out / "runs").iterdir()}
+    runs = _contents(out / "runs")
     from gpar_bo.tuning.snapshot import SnapshotDamaged
 
     with pytest.raises(SnapshotDamaged) as error:
-        tune(toy_problem(EPOCHS), out, 100, num_sobol_trials=3, progress=False, max_trials=3)
+        tune(toy_problem(EPOCHS), out, 100, scheduler="early-stopping", num_sobol_trials=3, progress=False, max_trials=3)
     message = str(error.value)
     assert str(out / "snapshot.json") in message and damage in message
     assert "--recover" in message and "last good copy" in message and "\n" not in message
 
-    report = tune(toy_problem(EPOCHS), out, 100, num_sobol_trials=3, progress=False,
+    report = tune(toy_problem(EPOCHS), out, 100, scheduler="early-stopping", num_sobol_trials=3, progress=False,
                   max_trials=3, recover=True)
     assert _curves(out) == (trials, steps)  # every trial, status and epoch
     assert report["epochs_trained"] == 3 * EPOCHS
     assert (out / "snapshot.json.damaged").read_text() == damaged  # kept, not deleted
-    assert {p.name: p.read_text() for p in (out / "runs").iterdir()} == runs
+    assert _contents(out / "runs") == runs
 
 
 def test_without_a_good_copy_the_run_is_rebuilt_from_its_progress_files(
@@ -99,8 +104,8 @@ def test_without_a_good_copy_the_run_is_rebuilt_from_its_progress_files(
     from gpar_bo.tuning.snapshot import SnapshotDamaged
 
     with pytest.raises(SnapshotDamaged, match="rebuild the experiment from the 3 progress"):
-        tune(toy_problem(EPOCHS), out, 100, num_sobol_trials=3, progress=False, max_trials=3)
-    report = tune(toy_problem(EPOCHS), out, 100, num_sobol_trials=3, progress=False,
+        tune(toy_problem(EPOCHS), out, 100, scheduler="early-stopping", num_sobol_trials=3, progress=False, max_trials=3)
+    report = tune(toy_problem(EPOCHS), out, 100, scheduler="early-stopping", num_sobol_trials=3, progress=False,
                   max_trials=4, recover=True)
     rebuilt, rebuilt_steps = _curves(out)
     assert {i: rebuilt[i] for i in trials} == trials and len(rebuilt) == 4
@@ -113,7 +118,7 @@ def test_the_cli_reports_a_damaged_snapshot_in_one_line(
 ) -> None:
     out = _copy(finished_run, tmp_path)
     _damage(out / "snapshot.json", "truncated")
-    code = main(["tune", "--out", str(out), "--epochs", "3", "--budget", "6",
+    code = main(["tune", "--scheduler", "early-stopping", "--out", str(out), "--epochs", "3", "--budget", "6",
                  "--max-examples", "300", "--no-progress"])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err

@@ -109,13 +109,16 @@ def train_mnist_mlp(
     seed: int = 0,
     threads: int = 1,
     max_examples: int | None = None,
+    checkpoint_dir: str | None = None,
 ) -> None:
     """Train the MNIST MLP of :mod:`gpar_bo.problems.mnist`, reporting after every epoch.
 
     Reports ``val_error`` (validation error rate) and ``val_loss`` (validation
     cross-entropy) at epochs 1..``epochs``; the run's seed is ``seed + trial_index``.
     ``data_dir`` is an IDX directory (default: embedded 5k MNIST); ``max_examples``
-    keeps a subset (for smoke tests).
+    keeps a subset (for smoke tests). Resumable: with a ``checkpoint_dir`` the run's
+    state is saved there before every report and a run that finds one goes on from it
+    (:func:`gpar_bo.problems.mnist.mlp.train_mlp`).
     """
     import torch
 
@@ -126,6 +129,6 @@ def train_mnist_mlp(
     data = load_mnist(data_dir, max_examples=max_examples)
     hparams = MLPHyperparameters.from_dict(parameters)
     train_mlp(
-        hparams, data, epochs=epochs, seed=seed + trial_index,
+        hparams, data, epochs=epochs, seed=seed + trial_index, checkpoint_dir=checkpoint_dir,
         callback=lambda epoch, loss, error: report(epoch, {"val_error": error, "val_loss": loss}),
     )

@@ -17,6 +17,7 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ from torch import nn
 
 from gpar_bo.problems.curves_io import EpochCallback, TrainResult
 from gpar_bo.problems.mnist.data import MNISTData
+from gpar_bo.tuning.jobs import load_checkpoint, save_checkpoint
 
 __all__ = [
     "HPARAM_NAMES",
@@ -225,6 +227,7 @@ def train_mlp(
     seed: int = 0,
     callback: EpochCallback | None = None,
     batch_size: int | None = None,
+    checkpoint_dir: str | Path | None = None,
 ) -> TrainResult:
     """Train the MLP with Adam and report validation loss and error after every epoch.
 
@@ -241,9 +244,21 @@ def train_mlp(
         callback: called as ``callback(epoch, val_loss, val_error)`` after each epoch
             (epochs count from 1); a truthy return value stops training.
         batch_size: override the default :func:`batch_size_for` ``(data.n_train)``.
+        checkpoint_dir: if given, the run's whole state (weights, Adam's state, the
+            dropout and shuffling RNG states, the epoch and the curve so far) is saved
+            there after every epoch, before ``callback`` is called, and a run started
+            with a saved state goes on from the next epoch: stopping it in the
+            callback and starting it again gives the same curve as never stopping.
+            (The optimiser has no learning-rate schedule, so there is no scheduler
+            state to save.)
 
     Returns:
-        A :class:`TrainResult` with one entry per completed epoch.
+        A :class:`TrainResult` with one entry per epoch trained, those of earlier runs
+        from the checkpoint included.
+
+    Raises:
+        ValueError: bad ``epochs`` or ``batch_size``, or a checkpoint saved by a run
+            with other hyperparameters, seed or batch size.
     """
     if epochs < 1:
         raise ValueError(f"epochs must be at least 1, got {epochs}")
@@ -265,7 +280,20 @@ def train_mlp(
         shuffle_gen = torch.Generator().manual_seed(seed)
         x_train, y_train = data.x_train, data.y_train
         n_train = data.n_train
-        for epoch in range(1, epochs + 1):
+        identity = {"hparams": hparams.to_dict(), "seed": seed, "batch_size": bs}
+        state = load_checkpoint(checkpoint_dir)
+        if state is not None:
+            saved = {key: state.get(key) for key in identity}
+            if saved != identity:
+                raise ValueError(f"the checkpoint in {checkpoint_dir} is of another run "
+                                 f"({saved}), not of this one ({identity})")
+            model.load_state_dict(state["model"])
+            optimiser.load_state_dict(state["optimiser"])
+            torch.set_rng_state(state["torch_rng"])
+            shuffle_gen.set_state(state["shuffle_rng"])
+            result.val_loss, result.val_error = list(state["val_loss"]), list(state["val_error"])
+            result.epochs_run = int(state["epoch"])
+        for epoch in range(result.epochs_run + 1, epochs + 1):
             model.train()
             order = torch.randperm(n_train, generator=shuffle_gen)
             for begin in range(0, n_train, bs):
@@ -284,6 +312,12 @@ def train_mlp(
             result.val_loss.append(val_loss)
             result.val_error.append(val_error)
             result.epochs_run = epoch
+            if checkpoint_dir is not None:
+                save_checkpoint(checkpoint_dir, {
+                    **identity, "epoch": epoch, "model": model.state_dict(),
+                    "optimiser": optimiser.state_dict(), "torch_rng": torch.get_rng_state(),
+                    "shuffle_rng": shuffle_gen.get_state(), "val_loss": result.val_loss,
+                    "val_error": result.val_error})
             if callback is not None and callback(epoch, val_loss, val_error):
                 result.stopped_early = epoch < epochs
                 break

@@ -1,0 +1,199 @@
+"""The freeze-thaw loop: verdicts, pauses, resumptions and new trials as the policy
+decides, the budget, reproducibility, a crash, a failed fit and bad jobs.
+
+Jobs run in :class:`tests.tuning.fake_runner.FakeRunner` (the pause/resume protocol,
+in process, one epoch per poll) on the toy problem's curves.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from ax.core.trial_status import TrialStatus
+
+import gpar_bo.tuning.freeze_thaw as freeze_thaw_loop
+import gpar_bo.tuning.snapshot as snapshot_module
+from gpar_bo.freeze_thaw import Decision, FreezeThawPolicy
+from gpar_bo.problems.toy import toy_problem
+from gpar_bo.tuning.errors import TuneSettingsError
+from gpar_bo.tuning.freeze_thaw import FreezeThawLoop
+from gpar_bo.tuning.loop import tune
+from gpar_bo.tuning.session import new_experiment
+from gpar_bo.tuning.snapshot import load_snapshot
+from tests.tuning.fake_runner import Crash, FakeRunner, fake_registries
+
+EPOCHS = 4
+RUN = {"poll_seconds": 0.0, "progress": False, "report_seconds": 1e9}
+
+
+@pytest.fixture(autouse=True)
+def _registries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The snapshot encodes the fake runner like ``CurveRunner``."""
+    monkeypatch.setattr(snapshot_module, "json_registries", fake_registries)
+    torch.set_num_threads(1)
+
+
+def _runner(out: Path, **kwargs) -> FakeRunner:
+    problem = toy_problem(EPOCHS)
+    return FakeRunner(problem.train, str(out / "runs"), problem.train_kwargs, max_workers=2,
+                      final_step=EPOCHS, **kwargs)
+
+
+def _run(out: Path, budget: int, seed: int = 0, **kwargs) -> tuple[dict, FakeRunner]:
+    runner = _runner(out, **kwargs)
+    report = tune(toy_problem(EPOCHS), out, budget, runner=runner, seed=seed, **RUN)
+    return report, runner
+
+
+class ScriptedPolicy:
+    """Returns the given decisions and records what it was asked."""
+
+    def __init__(self, decisions: list[Decision]) -> None:
+        self.decisions, self.asked = list(decisions), []
+
+    def decide(self, X, Y, paused, candidates=None, bounds=None) -> Decision:
+        assert candidates is None and torch.equal(bounds, torch.tensor([[0.0] * 2, [1.0] * 2],
+                                                                       dtype=X.dtype))
+        self.asked.append((X.clone(), Y.clone(), paused.clone()))
+        return self.decisions.pop(0)
+
+
+def test_verdicts_pauses_resumptions_and_new_trials_follow_the_policy(tmp_path: Path) -> None:
+    problem = toy_problem(EPOCHS)
+    runner = _runner(tmp_path)
+    experiment = new_experiment(problem, runner, "freeze-thaw")
+    a, b, c = (torch.tensor(v, dtype=torch.double) for v in ([0.2, 0.7], [0.9, 0.1], [0.5, 0.5]))
+    policy = ScriptedPolicy([
+        Decision("start", -1, "test", candidate=a), Decision("start", -1, "test", candidate=b),
+        # Both jobs await a verdict at epoch 1: trial 0 trains on, trial 1 gives its worker
+        # to a new setting.
+        Decision("resume", 0, "test"), Decision("start", -1, "test", candidate=c),
+        # Trial 0 awaits at epoch 2, trial 2 at epoch 1, trial 1 is paused: resume trial 1
+        # and continue trial 2, so trial 0 pauses.
+        Decision("resume", 1, "test"), Decision("resume", 2, "test"),
+    ])
+    loop = FreezeThawLoop(experiment, runner, problem, budget_epochs=100, policy=policy)
+    for _ in range(3):
+        loop.step()
+    assert runner.events == [
+        ("start", 0, 0), ("start", 1, 0),
+        ("pause", 1, 1), ("continue", 0, 1), ("start", 2, 0),
+        ("pause", 0, 2), ("continue", 2, 1), ("resume", 1, 1),
+    ]
+    # The settings are the policy's (the toy space is the unit square itself).
+    for index, x in enumerate((a, b, c)):
+        assert experiment.trials[index].arms[0].parameters == pytest.approx(
+            {"x1": float(x[0]), "x2": float(x[1])})
+    # Jobs awaiting a verdict are offered as paused; a resumed or continued one is not
+    # offered again within the same poll.
+    assert [p.tolist() for _, _, p in policy.asked] == [
+        [], [False], [True, True], [False, True], [True, True, True], [True, False, True]]
+    assert all(t.status == TrialStatus.RUNNING for t in experiment.trials.values())
+
+
+def test_a_run_keeps_to_the_budget_and_is_reproducible(tmp_path: Path) -> None:
+    budget = 22
+    report, runner = _run(tmp_path / "a", budget)
+    kinds = {event for event, _, _ in runner.events}
+    assert kinds >= {"start", "continue", "pause", "resume"}
+    assert runner.epochs_trained == report["epochs_trained"] == budget
+    experiment, strategy = load_snapshot(tmp_path / "a" / "snapshot.json")
+    assert strategy is None
+    # Nothing is left running; paused runs end EARLY_STOPPED, with their epochs.
+    statuses = {t.status for t in experiment.trials.values()}
+    assert statuses <= {TrialStatus.COMPLETED, TrialStatus.EARLY_STOPPED}
+    assert TrialStatus.COMPLETED in statuses
+    assert report["best"] is not None
+
+    again, runner_again = _run(tmp_path / "b", budget)
+    assert runner_again.events == runner.events
+    assert [t["parameters"] for t in again["trials"]] == [t["parameters"] for t in report["trials"]]
+    # The other scheduler cannot take over this directory.
+    with pytest.raises(TuneSettingsError, match="was tuned with --scheduler freeze-thaw"):
+        tune(toy_problem(EPOCHS), tmp_path / "a", budget + 10, scheduler="early-stopping",
+             **RUN)
+
+
+def test_a_crash_loses_no_trial_and_paused_runs_stay_resumable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    budget = 26
+    with pytest.raises(Crash):
+        _run(tmp_path, budget, crash_at_poll=9)
+    # kill -9: the snapshot is the one of the crash moment, whatever the process's
+    # clean-up wrote after it.
+    shutil.copy(tmp_path / "snapshot.json.crash", tmp_path / "snapshot.json")
+    before, _ = load_snapshot(tmp_path / "snapshot.json")
+    files = {p.name: p.read_text() for p in (tmp_path / "runs").iterdir()}
+    paused = {i for i, t in before.trials.items()
+              if t.status == TrialStatus.RUNNING
+              and '"status": "paused"' in files[f"trial_{i}.jsonl"].splitlines()[-1]}
+    assert paused, "the crash should find paused runs"
+    # Jobs that were training or awaiting a verdict died with the process; their
+    # checkpoints hold every epoch they reported, so they come back paused.
+    died = {i for i, t in before.trials.items()
+            if t.status == TrialStatus.RUNNING and i not in paused}
+    assert died, "the crash should find jobs that were training or awaiting a verdict"
+
+    class ResumeFirst(FreezeThawPolicy):
+        """The policy, except that its first decision resumes a paused run."""
+
+        def decide(self, X, Y, paused, candidates=None, bounds=None) -> Decision:
+            if self.decisions == 0 and paused.any():
+                self.decisions += 1
+                return Decision("resume", int(paused.nonzero()[0]), "test")
+            return super().decide(X, Y, paused, candidates, bounds)
+
+    monkeypatch.setattr(freeze_thaw_loop, "FreezeThawPolicy", ResumeFirst)
+    report, runner = _run(tmp_path, budget)
+    after, _ = load_snapshot(tmp_path / "snapshot.json")
+    assert set(before.trials) <= set(after.trials)
+    for name, text in files.items():  # never overwritten
+        assert (tmp_path / "runs" / name).read_text().startswith(text)
+    for index in paused | died:  # resumed after the crash, or paused to the end; never failed
+        resumed = any(e == ("resume", index, e[2]) for e in runner.events)
+        assert resumed or after.trials[index].status == TrialStatus.EARLY_STOPPED
+        assert after.trials[index].status != TrialStatus.FAILED
+    # The first decision after the crash resumed a run paused before it, from its
+    # checkpoint: it trains on from the next epoch.
+    # (Jobs that died before their first report are restarted before any decision.)
+    event, index, step = next(e for e in runner.events if e[0] == "resume" and e[2] > 0)
+    assert index in paused and step == len(before.lookup_data(
+        trial_indices=[index]).full_df)
+    assert report["epochs_trained"] <= budget
+
+
+def test_a_failed_fit_falls_back_to_successive_halving(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(*args, **kwargs):
+        raise RuntimeError("no fit today")
+
+    monkeypatch.setattr("gpar_bo.freeze_thaw.fit_gpytorch_mll", broken)
+    with caplog.at_level(logging.INFO, logger="gpar_bo.tuning.freeze_thaw"):
+        report, runner = _run(tmp_path, 20)
+    reasons = [r.getMessage() for r in caplog.records if "freeze-thaw: " in r.getMessage()]
+    assert any("model-free: GPAR failed (no fit today)" in r for r in reasons)
+    assert not any(r.endswith("(gpar)") for r in reasons)
+    assert runner.epochs_trained == report["epochs_trained"] == 20
+
+
+def test_a_job_that_cannot_pause_is_one_clear_error_before_anything_starts(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(TuneSettingsError, match="takes no 'checkpoint_dir' keyword .*"
+                                                "scheduler early-stopping"):
+        _run(tmp_path, 20, resumable=False)
+    assert not (tmp_path / "snapshot.json").exists()
+
+
+def test_settings_are_checked_before_anything_starts(tmp_path: Path) -> None:
+    with pytest.raises(TuneSettingsError, match="scheduler must be one of"):
+        tune(toy_problem(EPOCHS), tmp_path, 20, scheduler="hyperband", **RUN)
+    with pytest.raises(TuneSettingsError, match="at least 2 epochs"):
+        tune(toy_problem(1), tmp_path, 20, **RUN)
+    assert not (tmp_path / "snapshot.json").exists()

@@ -1,0 +1,95 @@
+"""Freeze-thaw on real job processes (``CurveRunner``, the resumable toy job):
+pauses and resumptions happen, the budget holds, and ``kill -9`` loses nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from ax.core.trial_status import TrialStatus
+
+from gpar_bo.problems.toy import toy_problem
+from gpar_bo.tuning.jobs import read_job
+from gpar_bo.tuning.loop import tune
+from gpar_bo.tuning.snapshot import load_snapshot
+
+EPOCHS, BUDGET, SECONDS = 4, 18, 0.1
+RUN = {"workers": 2, "poll_seconds": 0.1, "progress": False}
+
+
+def _jobs(out: Path) -> dict[int, object]:
+    return {int(p.stem.split("_")[1]): read_job(p) for p in (out / "runs").glob("trial_*.jsonl")}
+
+
+def test_kill_9_then_rerun_resumes_paused_and_interrupted_runs_within_the_budget(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    script = tmp_path / "run.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, torch
+        from gpar_bo.problems.toy import toy_problem
+        from gpar_bo.tuning.loop import tune
+        if __name__ == "__main__":
+            torch.set_num_threads(1)
+            tune(toy_problem({EPOCHS}, {SECONDS}), sys.argv[1], {BUDGET}, **{RUN!r})
+    """))
+    # This checkout's package, not whichever one is installed.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).resolve().parents[2]),
+         *filter(None, [os.environ.get("PYTHONPATH")])])}
+    # Its own session, so that killing it takes its workers down too (a crash).
+    process = subprocess.Popen([sys.executable, str(script), str(out)], start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            jobs = _jobs(out) if (out / "runs").exists() else {}
+            # Killed once some run was paused and some job is between checkpoints.
+            if any(j.paused for j in jobs.values()) and any(
+                    j.status is None and j.steps and j.last_step < EPOCHS - 1
+                    for j in jobs.values()):
+                break
+        else:
+            pytest.fail("the tuning process paused no run")
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    time.sleep(1.5)  # the workers notice their parent is gone (exit_with_parent)
+    before, _ = load_snapshot(out / "snapshot.json")
+    files = {p.name: p.read_text() for p in (out / "runs").glob("trial_*.jsonl")}
+    # Died between checkpoints (one that reported its final epoch is complete).
+    interrupted = {i for i, j in _jobs(out).items()
+                   if j.status is None and j.steps and j.last_step < EPOCHS}
+    assert interrupted
+
+    report = tune(toy_problem(EPOCHS, SECONDS), out, BUDGET, **RUN)
+
+    after, _ = load_snapshot(out / "snapshot.json")
+    jobs = _jobs(out)
+    assert set(before.trials) <= set(after.trials) == set(jobs)
+    for name, text in files.items():  # appended to, never rewritten
+        assert (out / "runs" / name).read_text().startswith(text)
+    for index, job in jobs.items():
+        steps = [int(s) for s, _ in job.steps]
+        # Resumed at the epoch after its checkpoint: none lost, none trained twice.
+        assert steps == list(range(1, len(steps) + 1)) and len(steps) <= EPOCHS
+        assert after.trials[index].status != TrialStatus.FAILED
+    for index in interrupted:  # died between checkpoints, came back paused
+        assert jobs[index].runs >= 2 or jobs[index].status["status"] == "stopped"
+        assert '"reason": "interrupted' in (out / "runs" / f"trial_{index}.jsonl").read_text()
+    # Pausing and resuming actually happened, before and after the crash.
+    assert any(job.runs >= 2 for job in jobs.values())
+    assert sum(len(job.steps) for job in jobs.values()) == report["epochs_trained"] <= BUDGET
+    # The run ended by its budget: every job is over, stopped ones say so in their files.
+    for index, trial in after.trials.items():
+        assert trial.status in (TrialStatus.COMPLETED, TrialStatus.EARLY_STOPPED)
+        assert jobs[index].status["status"] == (
+            "completed" if trial.status == TrialStatus.COMPLETED else "stopped")
