@@ -7,7 +7,8 @@ epoch accounting, on tables the policy was not tuned on:
   (the policy was developed on generator seeds 1-3);
 * ``mnist``: the MNIST MLP table (21 epochs, checkpoints 1, 3, 7, 14, 21);
 * ``digits``: the funnel-MLP table on scikit-learn's digits (50 epochs), with the
-  rows generated so far (the row count is part of each run's key).
+  rows generated so far, or ``digits:N`` for its first ``N`` rows (the row count is
+  part of each run's key, so runs on a table that has since grown are not mixed in).
 
 Methods: ``gpar_freeze_thaw`` (the package's ``FreezeThawPolicy`` with its defaults,
 through ``benchmarks.bo.freeze_thaw.GPARFreezeThaw``), the harness's baselines (ASHA,
@@ -72,8 +73,13 @@ def make_problem(table: str) -> TabularProblem:
     """The table named ``table`` (a synthetic generator seed, ``mnist``, ``digits`` or ``quick``)."""
     if table == "mnist":
         return mnist_table()
-    if table == "digits":
-        return funnel_table("digits")
+    if table.split(":")[0] == "digits":
+        problem = funnel_table("digits")
+        rows = int(table.split(":")[1]) if ":" in table else problem.X.shape[0]
+        if not 0 < rows <= problem.X.shape[0]:
+            raise ValueError(f"{table}: the digits table has {problem.X.shape[0]} rows.")
+        return TabularProblem(problem.name, problem.X[:rows], problem.error[:rows],
+                              problem.loss[:rows], problem.checkpoints)
     if table == "quick":
         return synthetic_problem(n=60, seed=7)
     if table.isdigit():
@@ -315,7 +321,8 @@ def main(argv: list[str] | None = None) -> str:
         args.tables, args.seeds = ["quick"], 2
         args.methods = args.methods or [REFERENCE, "asha", "random"]
     for table in args.tables:
-        if not (table.isdigit() or table in ("mnist", "digits", "quick")):
+        if not (table.isdigit() or table in ("mnist", "digits", "quick")
+                or table.startswith("digits:") and table[7:].isdigit()):
             parser.error(f"unknown table {table!r}: a synthetic generator seed, 'mnist', 'digits' or 'quick'")
     methods = args.methods or _available_methods()
     if any(m in SYNE_TUNE_METHODS for m in methods) and not args.report_only:
