@@ -51,7 +51,7 @@ from benchmarks.bo.baselines import BASELINES, optuna_available
 from benchmarks.bo.freeze_thaw import GPARFreezeThaw
 from benchmarks.bo.harness import TabularProblem, simulate
 from benchmarks.bo.problems import funnel_table, mnist_table, synthetic_problem
-from benchmarks.report import RESULTS, command_line, write_results
+from benchmarks.report import RESULTS, command_line, exclusive, write_results
 
 REFERENCE = "gpar_freeze_thaw"
 HARNESS_METHODS: dict[str, Callable] = {REFERENCE: GPARFreezeThaw, **BASELINES}
@@ -334,20 +334,21 @@ def main(argv: list[str] | None = None) -> str:
     torch.set_num_threads(1)
     path = args.out / "freeze_thaw_runs.jsonl"
     args.out.mkdir(parents=True, exist_ok=True)
-    lines = load_runs(path)
-    done = {run_key(x) for x in lines}
-    if not args.report_only:
-        from tqdm import tqdm
+    with exclusive(path):
+        lines = load_runs(path)
+        done = {run_key(x) for x in lines}
+        if not args.report_only:
+            from tqdm import tqdm
 
-        problems = {t: make_problem(t) for t in args.tables}
-        todo = [(m, t, s) for t in args.tables for s in range(args.seeds) for m in methods
-                if (m, t, problems[t].X.shape[0], s, budget_of(t, problems[t])) not in done]
-        for method, table, seed in tqdm(todo, desc="runs", unit="run"):
-            problem = problems[table]
-            line = run(method, table, problem, seed, budget_of(table, problem))
-            with path.open("a") as handle:  # one whole line per run: a kill loses only the run in progress
-                handle.write(json.dumps(line) + "\n")
-            lines.append(line)
+            problems = {t: make_problem(t) for t in args.tables}
+            todo = [(m, t, s) for t in args.tables for s in range(args.seeds) for m in methods
+                    if (m, t, problems[t].X.shape[0], s, budget_of(t, problems[t])) not in done]
+            for method, table, seed in tqdm(todo, desc="runs", unit="run"):
+                problem = problems[table]
+                line = run(method, table, problem, seed, budget_of(table, problem))
+                with path.open("a") as handle:  # whole lines: a kill loses only the run in progress
+                    handle.write(json.dumps(line) + "\n")
+                lines.append(line)
     text = report(lines, args.tables, args.out, command_line(argv), args.seeds)
     print(text)
     return text

@@ -7,18 +7,20 @@ versions and date next to its numbers, so a committed result can be re-run.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
 import platform
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import botorch
+import filelock
 import gpytorch
 import torch
 
@@ -114,3 +116,22 @@ def write_results(
     payload = {"rows": list(rows), "command": command, "seeds": seeds, "machine": machine}
     paths["json"].write_text(json.dumps({**payload, **(extra or {})}, indent=2, default=str))
     return paths
+
+
+@contextlib.contextmanager
+def exclusive(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (a runs file) for the block: a second
+    process appending to the same file exits at once with a one-line error.
+
+    The operating system releases the lock when its process ends in any way
+    (``kill -9`` included), so a killed run never blocks the next one.
+    """
+    lock = filelock.FileLock(f"{path}.lock", timeout=0)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        raise SystemExit(f"{path} is being written by another process; wait for it or stop it.") from None
+    try:
+        yield
+    finally:
+        lock.release()

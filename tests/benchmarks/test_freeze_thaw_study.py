@@ -33,3 +33,12 @@ def test_unknown_table_is_a_one_line_error(tmp_path, capsys):
         study.main(["--tables", "cifar", "--out", str(tmp_path)])
     assert "unknown table 'cifar'" in capsys.readouterr().err
     assert not (tmp_path / "freeze_thaw_runs.jsonl").exists()
+
+
+def test_a_second_process_on_the_same_runs_file_is_refused(tmp_path):
+    from benchmarks.report import exclusive
+
+    with exclusive(tmp_path / "freeze_thaw_runs.jsonl"):
+        with pytest.raises(SystemExit, match="being written by another process"):
+            study.main(["--quick", "--methods", "random", "--out", str(tmp_path)])
+    assert not (tmp_path / "freeze_thaw_runs.jsonl").exists()
