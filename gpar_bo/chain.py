@@ -36,6 +36,7 @@ class ChainOptions:
     denoise: bool
     num_inducing: int | None
     learn_inducing_points: bool
+    noise_prior: str = "lognormal"
 
 
 class TrainingChain:
@@ -92,6 +93,7 @@ class TrainingChain:
             conventions=self.options.conventions,
             inducing_inputs=self._inducing_inputs(m, len(targets), earlier),
             learn_inducing_points=self.options.learn_inducing_points,
+            noise_prior=self.options.noise_prior,
         )
 
     def rebuilt(

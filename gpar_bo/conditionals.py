@@ -19,6 +19,7 @@ from botorch.models.transforms.input import Normalize
 from botorch.models.transforms.outcome import Standardize
 from botorch.models.utils.gpytorch_modules import (
     MIN_INFERRED_NOISE_LEVEL,
+    get_gaussian_likelihood_with_gamma_prior,
     get_gaussian_likelihood_with_lognormal_prior,
 )
 from gpytorch.constraints import GreaterThan
@@ -35,6 +36,17 @@ from gpar_bo.prediction import ConditionalPredictor
 SPARSE_ABOVE = 1000
 #: Inducing points per conditional when they are switched on automatically.
 DEFAULT_NUM_INDUCING = 256
+
+#: BoTorch's Gaussian likelihoods by noise prior (on standardised targets), for
+#: BoTorch's conventions: "lognormal" is ``SingleTaskGP``'s default, LogNormal(-4, 1),
+#: which expects nearly noiseless targets (its mode is 0.7 % of the targets'
+#: variance); "gamma" is BoTorch's
+#: Gamma(1.1, 0.05) (its default before 0.12, still that of its SAAS models), nearly
+#: flat over [0, 1], which lets the data say how much of a target is noise.
+NOISE_PRIORS = {
+    "lognormal": get_gaussian_likelihood_with_lognormal_prior,
+    "gamma": get_gaussian_likelihood_with_gamma_prior,
+}
 
 
 def window(m: int, markov: int | None) -> list[int]:
@@ -142,6 +154,7 @@ def conditional_gp(
     conventions: Conventions,
     inducing_inputs: Tensor | None = None,
     learn_inducing_points: bool = False,
+    noise_prior: str = "lognormal",
 ) -> SingleTaskGP:
     r"""The GP of one conditional, unfitted.
 
@@ -157,6 +170,8 @@ def conditional_gp(
         inducing_inputs: ``u x D`` untransformed inducing inputs for an SGPR
             conditional (GPyTorch's ``InducingPointKernel``), or None for an exact one.
         learn_inducing_points: Optimise the inducing inputs with the hyperparameters.
+        noise_prior: Under BoTorch's conventions, the key of ``NOISE_PRIORS``
+            (the paper's conventions have no prior).
 
     Returns:
         A ``SingleTaskGP`` with a ``Normalize`` input transform with fixed bounds and
@@ -177,7 +192,7 @@ def conditional_gp(
         likelihood = paper_likelihood(outcome_transform(targets)[0])
         mean_module = ZeroMean()
     else:
-        likelihood = get_gaussian_likelihood_with_lognormal_prior()
+        likelihood = NOISE_PRIORS[noise_prior]()
         mean_module = None  # SingleTaskGP's constant mean
     if inducing_inputs is not None:
         covar_module = InducingPointKernel(

@@ -79,7 +79,7 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 from botorch.acquisition.acquisition import AcquisitionFunction
@@ -94,6 +94,7 @@ from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
 __all__ = [
     "CURVE_MODEL_OPTIONS",
     "Decision",
+    "FinalPaths",
     "FreezeThawIndex",
     "FreezeThawPolicy",
     "expected_improvement_lognormal",
@@ -213,6 +214,16 @@ def to_increments(log_errors: Tensor) -> Tensor:
     return torch.cat([log_errors[..., :1], log_errors.diff(dim=-1)], -1)
 
 
+class FinalPaths(NamedTuple):
+    """Sample paths of log errors and the final log error's Gaussian along each
+    (see ``FreezeThawIndex.final_paths``)."""
+
+    log_errors: Tensor  # S x b x M
+    mean: Tensor  # S x b
+    variance: Tensor  # S x b, with the final checkpoint's observation noise
+    noise: Tensor  # the final checkpoint's observation noise (log-error units)
+
+
 class FreezeThawIndex(AcquisitionFunction):
     r"""The stopping index of runs under a GPAR model of log-error increments.
 
@@ -245,10 +256,23 @@ class FreezeThawIndex(AcquisitionFunction):
         self.num_bins = num_bins
         self.seed = seed
 
-    def index(self, X: Tensor, observed: Tensor) -> Tensor:
-        """``b`` indices of the runs at ``X`` (``b x d``) with ``observed`` checkpoints."""
-        if len(X) == 0:
-            return X.new_zeros(0)
+    def final_paths(self, X: Tensor, observed: Tensor) -> FinalPaths:
+        r"""Sample paths of runs' log errors and their final error's Gaussian along each.
+
+        This is GPAR's predictive of the final log error given a run's observed prefix:
+        the mixture over paths of ``N(mean, variance)`` (``variance`` includes the final
+        conditional's observation noise ``noise``: it predicts the observed error).
+
+        Args:
+            X: ``b x d`` settings; a run with ``observed > 0`` checkpoints must be in
+                the model's training data with at least that prefix.
+            observed: ``b`` numbers of observed checkpoints (0 for a new setting).
+
+        Returns:
+            ``log_errors`` (``S x b x M``, the observed values on each prefix), and
+            the final checkpoint's ``mean`` and ``variance`` (``S x b``) given the
+            path up to the second-last checkpoint, and that ``noise`` (a scalar).
+        """
         model, M = self.model, len(self.epochs)
         posterior = model.posterior(X.unsqueeze(-2), observation_noise=True)
         normals = draw_sobol_normal_samples(d=M, n=self.num_samples, dtype=X.dtype, seed=self.seed)
@@ -268,13 +292,20 @@ class FreezeThawIndex(AcquisitionFunction):
         observed_values = model.modelled_Y[rows]
         increments = torch.where(known, observed_values.nan_to_num(), samples)
         log_errors = increments.cumsum(-1)
-        # The final checkpoint given the path: Gaussian, without its own noise.
-        noise = posterior.predictors[M - 1].noise
-        final_std = (variances[..., -1] - noise).clamp_min(0.0).sqrt()
         final_mean = (log_errors[..., -2] if M > 1 else 0.0) + means[..., -1]
-        reward = expected_improvement_lognormal(final_mean, final_std, self.incumbent)
+        noise = posterior.predictors[M - 1].noise
+        return FinalPaths(log_errors, final_mean, variances[..., -1], noise)
+
+    def index(self, X: Tensor, observed: Tensor) -> Tensor:
+        """``b`` indices of the runs at ``X`` (``b x d``) with ``observed`` checkpoints."""
+        if len(X) == 0:
+            return X.new_zeros(0)
+        paths = self.final_paths(X, observed)
+        # The final checkpoint given the path: Gaussian, without its own noise.
+        final_std = (paths.variance - paths.noise).clamp_min(0.0).sqrt()
+        reward = expected_improvement_lognormal(paths.mean, final_std, self.incumbent)
         return stopping_index(
-            reward, log_errors, observed, self.epochs.to(X), num_bins=self.num_bins
+            reward, paths.log_errors, observed, self.epochs.to(X), num_bins=self.num_bins
         )
 
     @t_batch_mode_transform(expected_q=1)

@@ -111,6 +111,12 @@ class GPARModel(Model):
             units of each conditional's targets (``RootMeanSquareScale``), so
             the outputs' units do not matter. See ``Conventions``.
             The paper's conventions need float64 data; BoTorch's also run in float32.
+        noise_prior: Under BoTorch's conventions, each conditional's noise prior
+            on its standardised targets: "lognormal" (``SingleTaskGP``'s default,
+            LogNormal(-4, 1): nearly noiseless targets) or "gamma" (BoTorch's
+            Gamma(1.1, 0.05), nearly flat over [0, 1]), for outputs that may be
+            largely noise (see ``conditionals.NOISE_PRIORS`` and ``docs/model.md``).
+            The paper's conventions have no noise prior.
     """
 
     def __init__(
@@ -127,6 +133,7 @@ class GPARModel(Model):
         num_inducing: int | None = None,
         learn_inducing_points: bool = False,
         conventions: Conventions | str = Conventions.BOTORCH,
+        noise_prior: str = "lognormal",
     ) -> None:
         super().__init__()
         # Everything but the data, to rebuild the model on more data.
@@ -141,6 +148,7 @@ class GPARModel(Model):
             "num_inducing": num_inducing,
             "learn_inducing_points": learn_inducing_points,
             "conventions": conventions,
+            "noise_prior": noise_prior,
         }
         observed = check_training_data(train_X, train_Y, impute=impute)
         if markov is not None and markov < 0:
@@ -156,6 +164,13 @@ class GPARModel(Model):
                 "GPs on raw outputs with a noise floor of 1e-4 of their variance are too "
                 "ill-conditioned for float32."
             )
+        if noise_prior not in spec.NOISE_PRIORS:
+            raise ValueError(
+                f"noise_prior must be one of {sorted(spec.NOISE_PRIORS)}; got {noise_prior!r}."
+            )
+        if noise_prior != "lognormal" and self.conventions is Conventions.PAPER:
+            raise ValueError('conventions="paper" fits without priors; noise_prior does not apply.')
+        self.noise_prior = noise_prior
         self.markov = markov
         self.impute = impute
         self.denoise = denoise
@@ -187,6 +202,7 @@ class GPARModel(Model):
             denoise=denoise,
             num_inducing=num_inducing,
             learn_inducing_points=learn_inducing_points,
+            noise_prior=noise_prior,
         )
         self._chain = TrainingChain(train_X, modelled_Y, observed, options)
         self._predictor_cache = PredictorCache()

@@ -470,6 +470,23 @@ def test_bad_options_and_names_are_rejected() -> None:
         GPARModel(X, Y, kernel="cubic")
     with pytest.raises(ValueError, match="Unknown output 7"):
         GPARModel(X, Y, output_names=EPOCHS).output_index(7)
+    with pytest.raises(ValueError, match=r"noise_prior must be one of \['gamma', 'lognormal'\]"):
+        GPARModel(X, Y, noise_prior="flat")
+    with pytest.raises(ValueError, match="fits without priors"):
+        GPARModel(X.double(), Y.double(), conventions="paper", noise_prior="gamma")
+
+
+def test_noise_prior_option_sets_every_conditionals_prior() -> None:
+    from gpytorch.priors import GammaPrior, LogNormalPrior
+
+    X, Y = partial_curves(n=20)
+    for name, prior in (("lognormal", LogNormalPrior), ("gamma", GammaPrior)):
+        model = GPARModel(X, Y, noise_prior=name)
+        priors = [gp.likelihood.noise_covar.noise_prior for gp in model.conditionals]
+        assert all(type(p) is prior for p in priors)
+    # The option survives rebuilding the model on more data.
+    conditioned = GPARModel(X, Y, noise_prior="gamma").condition_on_observations(X[:2], Y[:2])
+    assert all(type(gp.likelihood.noise_covar.noise_prior) is GammaPrior for gp in conditioned.conditionals)
 
 
 def test_conditional_fits_default_to_the_relative_tolerance_and_accept_overrides(

@@ -38,6 +38,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from gpar_bo.tuning.lock import DirectoryLock
+
 __all__ = [
     "METRICS",
     "EpochCallback",
@@ -252,10 +254,34 @@ def generate_curves(
 
     Returns:
         The number of settings trained in this call.
+
+    Raises:
+        DirectoryLocked: Another process is writing ``path``.
     """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Two writers would append the same settings twice: the second is refused at once.
+    with DirectoryLock(path.parent, name=f"{path.name}.lock", user=f"process writing {path.name}"):
+        return _append_curves(path, hparam_names, settings, train, epochs, seed, provenance,
+                              versions, progress, command, max_new)
+
+
+def _append_curves(
+    path: Path,
+    hparam_names: Sequence[str],
+    settings: Sequence[Sequence[float]],
+    train: Callable[[int, int], TrainResult],
+    epochs: int,
+    seed: int,
+    provenance: Mapping[str, Any],
+    versions: Mapping[str, str],
+    progress: bool,
+    command: str | None,
+    max_new: int | None,
+) -> int:
+    """:func:`generate_curves` under its lock."""
     from tqdm.auto import tqdm
 
-    path = Path(path)
     n_settings = len(settings)
     d = len(hparam_names)
     columns = curve_columns(hparam_names, epochs)
@@ -373,3 +399,27 @@ def load_curves(
     x_cols = [header.index(name) for name in hparam_names]
     y_cols = [header.index(f"{prefix}_{e}") for e in epochs]
     return torch.from_numpy(table[:, x_cols].copy()), torch.from_numpy(table[:, y_cols].copy())
+
+
+def run_generation_command(generate: Callable[[], int], out: str | Path) -> int:
+    """Run a curve generator as a ``gpar-bo`` sub-command; its exit status.
+
+    ``kill PID`` (SIGTERM) unwinds like Ctrl-C, so the provenance note records the
+    rows written before the stop (``kill -9`` loses only the note's last update); a
+    second process on the same file is refused with one line on stderr (status 2).
+    """
+    import signal
+
+    from gpar_bo.tuning.lock import DirectoryLocked
+
+    def terminate(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        new = generate()
+    except DirectoryLocked as error:
+        print(f"gpar-bo: error: {error}", file=sys.stderr)
+        return 2
+    logger.info("%s: %d new settings written", out, new)
+    return 0

@@ -49,16 +49,21 @@ class DirectoryLock:
 
     Args:
         directory: An existing output directory.
+        name: The lock file's name in it (the owner record is ``name + ".owner"``);
+            another name locks another output in the same directory (e.g. one file).
+        user: What uses the directory, for the refusal message.
 
     Attributes:
         taken_over: The owner record of a killed previous holder whose lock was
             taken over, or None.
     """
 
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(self, directory: str | Path, name: str = LOCK,
+                 user: str = "`gpar-bo tune` process") -> None:
         self.directory = Path(directory)
-        self._lock = filelock.FileLock(str(self.directory / LOCK), timeout=0)
-        self._owner = self.directory / LOCK_OWNER
+        self.user = user
+        self._lock = filelock.FileLock(str(self.directory / name), timeout=0)
+        self._owner = self.directory / f"{name}.owner"
         self.taken_over: dict | None = None
 
     def _read_owner(self) -> dict | None:
@@ -73,7 +78,7 @@ class DirectoryLock:
             self._lock.acquire()
         except filelock.Timeout:
             raise DirectoryLocked(
-                f"{self.directory} is in use by another `gpar-bo tune` process, "
+                f"{self.directory} is in use by another {self.user}, "
                 f"{_describe(self._read_owner())}; wait for it to finish or stop it "
                 "(Ctrl-C or kill), then rerun to resume."
             ) from None

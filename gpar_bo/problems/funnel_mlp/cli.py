@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import shlex
-import signal
 from pathlib import Path
 
 from gpar_bo.problems.funnel_mlp.data import DATASETS
@@ -63,22 +62,15 @@ def _canonical_command(args: argparse.Namespace) -> str:
 def run_generate(args: argparse.Namespace) -> int:
     import torch
 
+    from gpar_bo.problems.curves_io import run_generation_command
     from gpar_bo.problems.funnel_mlp.curves import generate_curves
     from gpar_bo.problems.funnel_mlp.data import load_dataset
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
-    def _terminate(signum: int, frame: object) -> None:
-        # `kill PID` (SIGTERM) unwinds like Ctrl-C, so the provenance note records the
-        # rows written before the stop (kill -9 loses only the note's last update).
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, _terminate)
     torch.set_num_threads(args.threads)
     data = load_dataset(args.dataset, split_seed=args.split_seed, max_examples=args.max_examples)
-    new = generate_curves(
+    return run_generation_command(lambda: generate_curves(
         args.out, args.n_settings, seed=args.seed, data=data, epochs=args.epochs,
         progress=not args.no_progress, command=_canonical_command(args), max_new=args.max_new,
-    )
-    logging.getLogger(__name__).info("%s: %d new settings written", args.out, new)
-    return 0
+    ), args.out)

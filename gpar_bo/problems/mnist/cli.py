@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import shlex
-import signal
 from pathlib import Path
 
 __all__ = ["add_generate_parser", "run_generate"]
@@ -50,25 +49,18 @@ def _canonical_command(args: argparse.Namespace) -> str:
 def run_generate(args: argparse.Namespace) -> int:
     import torch
 
+    from gpar_bo.problems.curves_io import run_generation_command
     from gpar_bo.problems.mnist.curves import generate_curves
     from gpar_bo.problems.mnist.data import load_mnist
     from gpar_bo.problems.mnist.mlp import PAPER_GRID
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
-    def _terminate(signum: int, frame: object) -> None:
-        # `kill PID` (SIGTERM) unwinds like Ctrl-C, so the generator's cleanup runs and
-        # the provenance note records the rows written before the stop.
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, _terminate)
     # One thread is much faster than several for these small matmuls on few cores.
     torch.set_num_threads(args.threads)
     data = load_mnist(args.data_dir)
     grid = {**PAPER_GRID, "n_hidden_layers": tuple(sorted(set(args.layers)))}
-    new = generate_curves(
+    return run_generation_command(lambda: generate_curves(
         args.out, args.n_settings, seed=args.seed, data=data, epochs=args.epochs, grid=grid,
         progress=not args.no_progress, command=_canonical_command(args), max_new=args.max_new,
-    )
-    logging.getLogger(__name__).info("%s: %d new settings written", args.out, new)
-    return 0
+    ), args.out)

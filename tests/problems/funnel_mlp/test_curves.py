@@ -175,6 +175,22 @@ def test_cli_survives_kill_9(tmp_path: Path) -> None:
     assert "--max-examples 60" in prov["runs"][-1]["command"]
 
 
+def test_cli_refuses_a_second_writer_of_the_same_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpar_bo.tuning.lock import DirectoryLock
+
+    out = tmp_path / "c.csv"
+    argv = ["generate-funnel-curves", "--out", str(out), "--dataset", "breast_cancer",
+            "--n-settings", "2", "--epochs", "2", "--max-examples", "60", "--no-progress"]
+    with DirectoryLock(tmp_path, name="c.csv.lock", user="test"):
+        assert main(argv) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "c.csv" in error and "in use by another" in error
+    assert not out.exists()  # refused before any work
+    assert main(argv) == 0 and len(out.read_text().splitlines()) == 3  # free again
+
+
 def test_committed_table_loads() -> None:
     path = REPO / "benchmarks" / "data" / "digits_funnel_curves.csv"
     if not path.exists():

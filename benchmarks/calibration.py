@@ -1,0 +1,343 @@
+r"""Calibration of GPAR's predictive of the final error given a run's observed prefix.
+
+The freeze-thaw policy (:mod:`gpar_bo.freeze_thaw`) decides from GPAR's predictive of
+a run's final log error given its observed prefix: sample paths of the log-error
+increments conditioned on the prefix, with the final checkpoint Rao-Blackwellised (a
+Gaussian along each path). This benchmark measures whether that predictive is
+calibrated, on held-out partial curves:
+
+* per table and split seed, a random training subset of ``N_TRAIN`` runs (each complete
+  with probability 1/3, else stopped after a random 1..M-1 checkpoints; at least two
+  complete; closed downwards) and ``N_TEST`` other runs, each showing a random prefix of
+  0..M-1 checkpoints;
+* the model is fitted on the training runs only; the held-out prefixes are then added
+  to its data without refitting (as the policy sees paused runs) and every held-out
+  run's final log error is predicted: a mixture over ``NUM_PATHS`` quasi-random paths of
+  the Gaussians ``N(log error at M-1 + mean_M, var_M)`` (observation noise included:
+  the target is the observed final error);
+* metrics, on the **log** final error: coverage of the central 50 % and 95 % intervals
+  of the mixture (its CDF at the truth within [0.25, 0.75] or [0.025, 0.975]) and the
+  NLL of the mixture density.
+
+Models: ``lognormal`` is the policy's curve model,
+:data:`gpar_bo.freeze_thaw.CURVE_MODEL_OPTIONS` (D-GPAR-NL-X on log-error increments,
+``SingleTaskGP``'s LogNormal(-4, 1) noise prior); ``gamma`` is the same with
+``noise_prior="gamma"`` (BoTorch's Gamma(1.1, 0.05)); ``exp_decay`` is BoTorch's ``SingleTaskMultiFidelityGP`` with the exponential-decay kernel
+(``benchmarks.bo.surrogates.FreezeThaw``; Gaussian predictive, prefixes of length 0
+predicted without data), a reference.
+
+Usage::
+
+    python -m benchmarks.calibration            # every table, 3 split seeds (resumable)
+    python -m benchmarks.calibration --quick    # one small synthetic table, for tests
+    python -m benchmarks.calibration --report   # rewrite the report from the records only
+
+Results: ``benchmarks/results/calibration.{md,csv,json,png}`` and the per-split records
+``calibration_records.jsonl`` (the resume file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+from botorch.fit import fit_gpytorch_mll
+from torch import Tensor
+
+from benchmarks.bo.harness import TabularProblem
+from benchmarks.bo.problems import funnel_table, mnist_table, synthetic_problem
+from benchmarks.bo.surrogates import FreezeThaw
+from gpar_bo.freeze_thaw import CURVE_MODEL_OPTIONS, FreezeThawIndex, to_increments
+from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
+
+RESULTS = Path(__file__).resolve().parent / "results"
+N_TRAIN, N_TEST = 80, 200
+NUM_PATHS = 256
+SEEDS = (0, 1, 2)
+GPAR_VARIANTS: Mapping[str, Mapping[str, Any]] = {
+    "lognormal": CURVE_MODEL_OPTIONS,
+    "gamma": {**CURVE_MODEL_OPTIONS, "noise_prior": "gamma"},
+}
+TABLES: dict[str, Callable[[], TabularProblem]] = {
+    "mnist": mnist_table,
+    "funnel_digits": funnel_table,
+    **{f"synthetic_{s}": (lambda s=s: synthetic_problem(n=1000, seed=s)) for s in (101, 102, 103)},
+}
+
+
+def split(
+    problem: TabularProblem, seed: int, n_train: int = N_TRAIN, n_test: int = N_TEST
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Training runs with random closed-downwards prefixes and held-out prefixes.
+
+    Returns:
+        ``X`` (``n_train x d``), ``Y`` (``n_train x M`` errors, NaN after each prefix),
+        ``X_test`` (``n_test x d``), ``Y_test`` (``n_test x M``, prefixes of 0..M-1
+        checkpoints) and ``final`` (``n_test`` final errors).
+    """
+    generator = torch.Generator().manual_seed(seed)
+    M = len(problem.checkpoints)
+    Y = problem.error[:, [c - 1 for c in problem.checkpoints]]
+    if n_train + n_test > len(Y):
+        raise ValueError(f"{problem.name} has {len(Y)} runs; asked for {n_train} + {n_test}.")
+    perm = torch.randperm(len(Y), generator=generator)
+    train, test = perm[:n_train], perm[n_train : n_train + n_test]
+    complete = torch.rand(n_train, generator=generator) < 1 / 3
+    complete[:2] = True
+    train_len = torch.where(complete, M, torch.randint(1, M, (n_train,), generator=generator))
+    test_len = torch.randint(0, M, (n_test,), generator=generator)
+    steps = torch.arange(M)
+    Y_train = torch.where(steps < train_len.unsqueeze(-1), Y[train], float("nan"))
+    Y_test = torch.where(steps < test_len.unsqueeze(-1), Y[test], float("nan"))
+    return problem.X[train], Y_train, problem.X[test], Y_test, Y[test, -1]
+
+
+def fit_curve_model(X: Tensor, Y: Tensor, options: Mapping[str, Any]) -> GPARModel:
+    """GPAR on the log-error increments of ``Y`` (``n x M``), fitted as the policy fits it."""
+    model = GPARModel(X, to_increments(Y.log()), **options)
+    with torch.random.fork_rng():  # fit retries draw from the global RNG
+        torch.manual_seed(0)
+        fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model))
+    return model
+
+
+def final_mixture(
+    model: GPARModel,
+    epochs: Sequence[int],
+    X_test: Tensor,
+    Y_test: Tensor,
+    num_paths: int = NUM_PATHS,
+) -> tuple[Tensor, Tensor]:
+    r"""The policy's predictive of the final log error given each held-out prefix
+    (``FreezeThawIndex.final_paths``, after adding the prefixes to the model's data).
+
+    Args:
+        model: A fitted curve model (outputs: ``to_increments`` of log errors).
+        epochs: The ``M`` checkpoint epochs.
+        X_test: ``t x d`` settings.
+        Y_test: ``t x M`` errors, NaN after each run's prefix (a row may be all NaN).
+        num_paths: Quasi-random sample paths per run.
+
+    Returns:
+        ``num_paths x t`` means and variances of the Gaussian mixture components.
+    """
+    Z = to_increments(Y_test.log())
+    has = ~Z[:, 0].isnan()
+    if has.any():
+        model = model.condition_on_observations(X_test[has], Z[has])
+    # The incumbent only enters the index, not the paths.
+    index = FreezeThawIndex(
+        model, torch.tensor(list(epochs), dtype=X_test.dtype), incumbent=1.0, num_samples=num_paths
+    )
+    with torch.no_grad():
+        paths = index.final_paths(X_test, (~Z.isnan()).sum(-1))
+    return paths.mean, paths.variance
+
+
+def mixture_metrics(means: Tensor, variances: Tensor, target: Tensor) -> dict[str, Tensor]:
+    """Per-run interval coverage and NLL of ``target`` (``t``) under Gaussian mixtures
+    with ``S x t`` component moments (``S = 1``: a Gaussian)."""
+    std = variances.clamp_min(1e-300).sqrt()
+    z = (target - means) / std
+    normal = torch.distributions.Normal(0.0, 1.0)
+    cdf = normal.cdf(z).mean(0)
+    log_density = torch.logsumexp(normal.log_prob(z) - std.log(), 0) - math.log(means.shape[0])
+    return {
+        "coverage50": ((cdf >= 0.25) & (cdf <= 0.75)).double(),
+        "coverage95": ((cdf >= 0.025) & (cdf <= 0.975)).double(),
+        "nll": -log_density,
+    }
+
+
+def evaluate(
+    problem: TabularProblem, seed: int, model_name: str, n_train: int = N_TRAIN, n_test: int = N_TEST
+) -> dict[str, Any]:
+    """One model on one split: per held-out run, its prefix length and metrics."""
+    X, Y, X_test, Y_test, final = split(problem, seed, n_train, n_test)
+    start = time.perf_counter()
+    if model_name == "exp_decay":
+        surrogate = FreezeThaw(problem.checkpoints)
+        surrogate.fit(X, Y)
+        fit_seconds = time.perf_counter() - start
+        mean, variance = surrogate.predict_final(X_test, Y_test)
+        means, variances = mean.unsqueeze(0), variance.unsqueeze(0)
+    else:
+        model = fit_curve_model(X, Y, GPAR_VARIANTS[model_name])
+        fit_seconds = time.perf_counter() - start
+        means, variances = final_mixture(model, problem.checkpoints, X_test, Y_test)
+    metrics = mixture_metrics(means, variances, final.log())
+    return {
+        "table": problem.name,
+        "seed": seed,
+        "model": model_name,
+        "fit_seconds": fit_seconds,
+        "prefix": (~Y_test.isnan()).sum(-1).tolist(),
+        **{k: v.tolist() for k, v in metrics.items()},
+    }
+
+
+def summarise(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Rows per (table, model, prefix length or "all"): pooled means over held-out runs
+    and split seeds, with the binomial standard error of the coverages."""
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for record in records:
+        groups.setdefault((record["table"], record["model"]), []).append(record)
+    rows = []
+    for (table, model), group in groups.items():
+        prefix = torch.tensor([p for r in group for p in r["prefix"]])
+        values = {k: torch.tensor([v for r in group for v in r[k]]) for k in ("coverage50", "coverage95", "nll")}
+        for length in ["all", *range(int(prefix.max()) + 1)]:
+            keep = torch.ones_like(prefix, dtype=torch.bool) if length == "all" else prefix == length
+            n = int(keep.sum())
+            row: dict[str, Any] = {"table": table, "model": model, "prefix": str(length), "n": n}
+            for k, v in values.items():
+                row[k] = float(v[keep].mean())
+            for k in ("coverage50", "coverage95"):
+                row[f"{k}_se"] = math.sqrt(row[k] * (1 - row[k]) / n)
+            row["seeds"] = len(group)
+            row["fit_seconds"] = sum(r["fit_seconds"] for r in group) / len(group)
+            rows.append(row)
+    return rows
+
+
+def _machine() -> str:
+    return f"{platform.platform()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}"
+
+
+def write_results(rows: list[dict[str, Any]], meta: dict[str, Any], stem: Path) -> None:
+    """``stem.{csv,json,md,png}``."""
+    import csv
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = list(rows[0])
+    with open(stem.with_suffix(".csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    stem.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    lines = [
+        "# Calibration of GPAR's final-error predictive given a run's prefix",
+        "",
+        f"Command: `{meta['command']}`  ",
+        f"Date: {meta['date']}  ",
+        f"Machine: {meta['machine']}  ",
+        f"Split seeds: {meta['seeds']}; {meta['n_train']} training runs, {meta['n_test']} held-out "
+        f"runs per split (prefixes of 0..M-1 checkpoints); {NUM_PATHS} paths per run.  ",
+        "Target: the observed **log** final error. Coverage of the central 50 % / 95 % "
+        "intervals (target 45-55 % / 92-97 %), NLL per run (nats, log-error units), "
+        "pooled over held-out runs and seeds; ± is the binomial standard error.",
+        "",
+        "Models: `lognormal` = the policy's curve model, `CURVE_MODEL_OPTIONS` (LogNormal(-4, 1) "
+        "noise prior); `gamma` = the same with `noise_prior=\"gamma\"` (Gamma(1.1, 0.05)); "
+        "`exp_decay` = BoTorch's `SingleTaskMultiFidelityGP` with the exponential-decay kernel "
+        "(reference; Gaussian).",
+        "",
+        "`fit s`: mean seconds per fit under the machine's load at the time (other sessions "
+        "shared its 2 cores), not a speed measurement.",
+        "",
+        "The diagnosis on development data, and what the numbers below say: "
+        "[calibration_diagnosis.md](calibration_diagnosis.md).",
+        "",
+        "| table | model | prefix | n | cover 50 % | cover 95 % | NLL | fit s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['table']} | {r['model']} | {r['prefix']} | {r['n']} | "
+            f"{r['coverage50']:.3f} ± {r['coverage50_se']:.3f} | "
+            f"{r['coverage95']:.3f} ± {r['coverage95_se']:.3f} | {r['nll']:.3f} | "
+            f"{r['fit_seconds']:.1f} |"
+        )
+    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    tables = sorted({r["table"] for r in rows})
+    models = sorted({r["model"] for r in rows})
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.5))
+    width = 0.8 / len(models)
+    for k, (metric, band) in enumerate((("coverage50", (0.45, 0.55)), ("coverage95", (0.92, 0.97)))):
+        ax = axes[k]
+        for i, model in enumerate(models):
+            values = [
+                next((r[metric] for r in rows if r["table"] == t and r["model"] == model and r["prefix"] == "all"), float("nan"))
+                for t in tables
+            ]
+            ax.bar([j + i * width for j in range(len(tables))], values, width, label=model)
+        ax.axhspan(*band, color="grey", alpha=0.3)
+        ax.set_xticks([j + width * (len(models) - 1) / 2 for j in range(len(tables))])
+        ax.set_xticklabels(tables, rotation=20, fontsize=8)
+        ax.set_ylim(band[0] - 0.35, 1.0)
+        ax.set_title(f"{metric} (all prefixes; target band grey)")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(stem.with_suffix(".png"), dpi=120)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="one small synthetic table, one seed")
+    parser.add_argument("--tables", nargs="*", default=None, help=f"subset of {list(TABLES)}")
+    parser.add_argument("--models", nargs="*", default=["lognormal", "gamma", "exp_decay"])
+    parser.add_argument(
+        "--report", action="store_true", help="no fits: rewrite the report from the records file"
+    )
+    parser.add_argument("--seeds", nargs="*", type=int, default=list(SEEDS))
+    parser.add_argument("--out", type=Path, default=RESULTS / "calibration")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    if args.quick:
+        tables = {"synthetic_101": lambda: synthetic_problem(n=300, seed=101)}
+        seeds, n_train, n_test = args.seeds[:1], 40, 60
+    else:
+        tables = {k: TABLES[k] for k in (args.tables or TABLES)}
+        seeds, n_train, n_test = args.seeds, N_TRAIN, N_TEST
+    unknown = [m for m in args.models if m not in (*GPAR_VARIANTS, "exp_decay")]
+    if unknown:
+        raise SystemExit(f"unknown models {unknown}")
+    records_path = args.out.with_name(args.out.name + "_records.jsonl")
+    records = []
+    if records_path.exists():
+        records = [json.loads(line) for line in records_path.read_text().splitlines() if line]
+    done = {(r["table"], r["seed"], r["model"]) for r in records}
+    for name, make in tables.items() if not args.report else ():
+        problem = make()
+        for seed in seeds:
+            for model in args.models:
+                if (name, seed, model) in done:
+                    continue
+                record = evaluate(problem, seed, model, n_train, n_test)
+                record["table"] = name
+                records.append(record)
+                with open(records_path, "a") as f:
+                    f.write(json.dumps(record) + "\n")
+                print(f"{name} seed {seed} {model}: cover95 "
+                      f"{sum(record['coverage95']) / len(record['coverage95']):.3f} "
+                      f"({record['fit_seconds']:.1f} s fit)", flush=True)
+    wanted = [r for r in records if r["table"] in tables and r["seed"] in seeds and r["model"] in args.models]
+    command = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--report"]
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    meta = {
+        "command": " ".join(["python -m benchmarks.calibration", *command]),
+        "date": f"{date} (report rewritten from the records, no fits)" if args.report else date,
+        "machine": _machine(),
+        "seeds": seeds,
+        "n_train": n_train,
+        "n_test": n_test,
+    }
+    write_results(summarise(wanted), meta, args.out)
+
+
+if __name__ == "__main__":
+    main()

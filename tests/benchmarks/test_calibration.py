@@ -1,0 +1,65 @@
+"""The calibration benchmark: its split, its mixture metrics and a quick run."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks import calibration
+from benchmarks.bo.problems import synthetic_problem
+
+
+def test_split_is_closed_downwards_disjoint_and_deterministic() -> None:
+    problem = synthetic_problem(n=120, seed=5)
+    X, Y, X_test, Y_test, final = calibration.split(problem, seed=3, n_train=40, n_test=60)
+    again = calibration.split(problem, seed=3, n_train=40, n_test=60)
+    assert all(torch.equal(a.nan_to_num(-1), b.nan_to_num(-1)) for a, b in zip((X, Y, X_test, Y_test), again))
+    for values in (Y, Y_test):
+        seen = ~values.isnan()
+        assert not (seen[:, 1:] & ~seen[:, :-1]).any()
+    assert (~Y[:, -1].isnan()).sum() >= 2 and not (~Y_test[:, -1].isnan()).any()
+    assert not (X.unsqueeze(1) == X_test.unsqueeze(0)).all(-1).any()
+    rows = (X_test.unsqueeze(1) == problem.X).all(-1).int().argmax(-1)  # each test run's table row
+    table = problem.error[rows][:, [c - 1 for c in problem.checkpoints]]
+    assert torch.equal(final, table[:, -1])
+    assert torch.equal(Y_test.nan_to_num(-1), torch.where(Y_test.isnan(), -1.0, table))
+    with pytest.raises(ValueError, match="asked for"):
+        calibration.split(problem, seed=0, n_train=100, n_test=60)
+
+
+def test_mixture_metrics_of_one_gaussian_are_its_closed_forms() -> None:
+    mean = torch.zeros(1, 4, dtype=torch.double)
+    variance = torch.full((1, 4), 4.0, dtype=torch.double)
+    # z = 0.5, 1.0, 2.0, 3.0 standard deviations from the mean
+    target = torch.tensor([1.0, 2.0, 4.0, 6.0], dtype=torch.double)
+    metrics = calibration.mixture_metrics(mean, variance, target)
+    assert metrics["coverage50"].tolist() == [1.0, 0.0, 0.0, 0.0]
+    assert metrics["coverage95"].tolist() == [1.0, 1.0, 0.0, 0.0]
+    expected = 0.5 * math.log(2 * math.pi * 4.0) + (target / 2) ** 2 / 2
+    assert torch.allclose(metrics["nll"], expected)
+    # A mixture of two identical components is the same Gaussian.
+    twice = calibration.mixture_metrics(mean.expand(2, -1), variance.expand(2, -1), target)
+    assert all(torch.allclose(twice[k], metrics[k]) for k in metrics)
+
+
+def test_quick_run_writes_every_result_file_and_resumes(tmp_path: Path) -> None:
+    out = tmp_path / "calibration"
+    calibration.main(["--quick", "--models", "lognormal", "--out", str(out)])
+    for suffix in (".md", ".csv", ".json", ".png"):
+        assert out.with_suffix(suffix).exists()
+    rows = json.loads(out.with_suffix(".json").read_text())["rows"]
+    overall = next(r for r in rows if r["prefix"] == "all")
+    assert overall["model"] == "lognormal" and overall["n"] == 60
+    assert sum(r["n"] for r in rows if r["prefix"] != "all") == 60
+    assert 0 <= overall["coverage50"] <= overall["coverage95"] <= 1
+    records = out.with_name("calibration_records.jsonl").read_text().splitlines()
+    calibration.main(["--quick", "--models", "lognormal", "--out", str(out)])  # nothing left to do
+    assert out.with_name("calibration_records.jsonl").read_text().splitlines() == records
+    # --report rewrites the results from the records alone, even for a model never fitted.
+    calibration.main(["--quick", "--report", "--models", "lognormal", "gamma", "--out", str(out)])
+    assert out.with_name("calibration_records.jsonl").read_text().splitlines() == records
+    assert json.loads(out.with_suffix(".json").read_text())["rows"] == rows
