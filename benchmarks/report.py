@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import botorch
-import filelock
 import gpytorch
 import torch
 
@@ -120,17 +119,16 @@ def write_results(
 
 @contextlib.contextmanager
 def exclusive(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``path`` (a runs file) for the block: a second
-    process appending to the same file exits at once with a one-line error.
+    """Hold ``path`` (a runs file) for the block: a second process appending to it
+    exits at once with a one-line error (``gpar_bo.tuning.lock.DirectoryLock``; a
+    killed holder never blocks the next run)."""
+    from gpar_bo.tuning.lock import DirectoryLock, DirectoryLocked
 
-    The operating system releases the lock when its process ends in any way
-    (``kill -9`` included), so a killed run never blocks the next one.
-    """
-    lock = filelock.FileLock(f"{path}.lock", timeout=0)
+    lock = DirectoryLock(path.parent, name=f"{path.name}.lock", user=f"process writing {path.name}")
     try:
         lock.acquire()
-    except filelock.Timeout:
-        raise SystemExit(f"{path} is being written by another process; wait for it or stop it.") from None
+    except DirectoryLocked as error:
+        raise SystemExit(f"error: {error}") from None
     try:
         yield
     finally:

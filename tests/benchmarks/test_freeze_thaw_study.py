@@ -39,6 +39,6 @@ def test_a_second_process_on_the_same_runs_file_is_refused(tmp_path):
     from benchmarks.report import exclusive
 
     with exclusive(tmp_path / "freeze_thaw_runs.jsonl"):
-        with pytest.raises(SystemExit, match="being written by another process"):
+        with pytest.raises(SystemExit, match="in use by another process writing freeze_thaw_runs.jsonl"):
             study.main(["--quick", "--methods", "random", "--out", str(tmp_path)])
     assert not (tmp_path / "freeze_thaw_runs.jsonl").exists()
