@@ -1,182 +1,370 @@
-"""The GPAR freeze-thaw policy against the model-free baselines, on tables it was not tuned on.
+"""The GPAR freeze-thaw policy against the screeners and the field's learning-curve BO methods.
 
-Runs ``gpar_freeze_thaw`` (the package's ``FreezeThawPolicy`` with its defaults),
-ASHA, one-epoch screening and random search in the tabular harness (4 workers) on
-synthetic tables from ``synthetic_problem(n=1000, seed=g)`` for the given generator
-seeds ``g`` and on the MNIST table, appending one JSON line per (method, table, run
-seed) to ``<out>/freeze_thaw_runs.jsonl`` (an interrupted study resumes), then writes
-``<out>/freeze_thaw.md``: mean regret (and standard error over runs) at 25/50/100 % of
-the budget, the worst run's final regret minus random search's median run on the same
-table, and the policy's decision times (wall clock, and CPU time, which a shared
-machine does not inflate).
+Every method runs in the tabular harness with 4 asynchronous workers and the same
+epoch accounting, on tables the policy was not tuned on:
 
-The policy was developed on synthetic generator seeds 1-3; the defaults below are
-other seeds, so the reported tables were not seen during development.
+* ``101``, ``102``, ``103``: synthetic tables ``synthetic_problem(n=1000, seed=g)``
+  (the policy was developed on generator seeds 1-3);
+* ``mnist``: the MNIST MLP table (21 epochs, checkpoints 1, 3, 7, 14, 21);
+* ``digits``: the funnel-MLP table on scikit-learn's digits (50 epochs), with the
+  rows generated so far, or ``digits:N`` for its first ``N`` rows (the row count is
+  part of each run's key, so runs on a table that has since grown are not mixed in).
 
-    python -m benchmarks.freeze_thaw_study                      # held-out synthetic + MNIST
-    python -m benchmarks.freeze_thaw_study --tables 101 --seeds 2 --methods asha random
+Methods: ``gpar_freeze_thaw`` (the package's ``FreezeThawPolicy`` with its defaults,
+through ``benchmarks.bo.freeze_thaw.GPARFreezeThaw``), the harness's baselines (ASHA,
+one-epoch screening, random search, Optuna's TPE with its Hyperband pruner) and Syne
+Tune 0.13.0's BOHB, Hyper-Tune, MOBSTER and DyHPO through
+``benchmarks.syne_tune.methods.run_syne_tune`` (its own virtualenv, see
+``benchmarks/syne_tune/setup_venv.sh``). The budget is 50 full runs' worth of epochs
+(1,000 on MNIST, as in ``benchmarks.bo_mnist``); regret is read off at 25, 50 and
+100 % of it (and at 300 epochs on MNIST).
+
+One JSON line per (method, table, rows, seed, budget) is appended to
+``<out>/freeze_thaw_runs.jsonl``, so an interrupted study resumes; the report is
+``<out>/freeze_thaw.{md,csv,json,png}``: mean regret and standard error, epochs to
+0.5 % and 1 % regret, the worst seed against random search's median seed, paired
+one-sided Wilcoxon tests of the policy against each method, and the policy's
+decision times (wall clock, and CPU time, which other load does not inflate).
+
+    python -m benchmarks.freeze_thaw_study --seeds 5
+    python -m benchmarks.freeze_thaw_study --tables mnist --methods syne_dyhpo --seeds 2
+    python -m benchmarks.freeze_thaw_study --quick      # a tiny table, for the tests
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
+import contextlib
 import json
+import math
 import os
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch: the machine's cores are shared
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch: small fits run faster on one thread
 
 import numpy as np
 import torch
 
-from benchmarks.bo.baselines import ASHA, OneEpochTopK, RandomSearch
+from benchmarks.bo.analysis import epochs_to_threshold, mean_se, regret_bands, regret_at, wilcoxon_less
+from benchmarks.bo.baselines import BASELINES, optuna_available
 from benchmarks.bo.freeze_thaw import GPARFreezeThaw
-from benchmarks.bo.harness import simulate
-from benchmarks.bo.problems import mnist_table, synthetic_problem
-from benchmarks.report import RESULTS
+from benchmarks.bo.harness import TabularProblem, simulate
+from benchmarks.bo.problems import funnel_table, mnist_table, synthetic_problem
+from benchmarks.report import RESULTS, command_line, exclusive, write_results
 
-METHODS = {
-    "gpar_freeze_thaw": GPARFreezeThaw,
-    "asha": ASHA,
-    "one_epoch": OneEpochTopK,
-    "random": RandomSearch,
+REFERENCE = "gpar_freeze_thaw"
+HARNESS_METHODS: dict[str, Callable] = {REFERENCE: GPARFreezeThaw, **BASELINES}
+#: Syne Tune's schedulers by the names used here (its class names as values).
+SYNE_TUNE_METHODS = {
+    "syne_bohb": "BOHB",
+    "syne_hypertune": "HyperTune",
+    "syne_mobster": "MOBSTER",
+    "syne_dyhpo": "DyHPO",
 }
-#: Budgets: 50 full runs' worth of epochs on the synthetic tables; the MNIST
-#: benchmark's 1,000 epochs (its 300-epoch regret is read off the same runs: no
-#: method here knows its budget).
-BUDGETS = {"synthetic": 50 * 21, "mnist": 1000}
+METHODS = [*HARNESS_METHODS, *SYNE_TUNE_METHODS]
+DEFAULT_TABLES = ["101", "102", "103", "mnist", "digits"]
+THRESHOLDS = (0.005, 0.01)
+FRACTIONS = (0.25, 0.5, 1.0)
+WORKERS = 4
 
 
-def run(method: str, table: str, seed: int, budget: int) -> dict:
-    """One simulated run; its JSON line."""
-    problem = mnist_table() if table == "mnist" else synthetic_problem(n=1000, seed=int(table))
-    instance = METHODS[method]()
+def make_problem(table: str) -> TabularProblem:
+    """The table named ``table`` (a synthetic generator seed, ``mnist``, ``digits`` or ``quick``)."""
+    if table == "mnist":
+        return mnist_table()
+    if table.split(":")[0] == "digits":
+        problem = funnel_table("digits")
+        rows = int(table.split(":")[1]) if ":" in table else problem.X.shape[0]
+        if not 0 < rows <= problem.X.shape[0]:
+            raise ValueError(f"{table}: the digits table has {problem.X.shape[0]} rows.")
+        return TabularProblem(problem.name, problem.X[:rows], problem.error[:rows],
+                              problem.loss[:rows], problem.checkpoints)
+    if table == "quick":
+        return synthetic_problem(n=60, seed=7)
+    if table.isdigit():
+        return synthetic_problem(n=1000, seed=int(table))
+    raise ValueError(f"unknown table {table!r}: a synthetic generator seed, 'mnist', 'digits' or 'quick'.")
+
+
+def budget_of(table: str, problem: TabularProblem) -> int:
+    """50 full runs' worth of epochs (MNIST: the 1,000 of ``benchmarks.bo_mnist``; quick: 10 runs)."""
+    if table == "mnist":
+        return 1000
+    return (10 if table == "quick" else 50) * problem.epochs
+
+
+def report_points(table: str, budget: int) -> dict[str, int]:
+    """Epochs at which regret is reported, by label (fractions of the budget; MNIST also 300)."""
+    points = {f"{f:.0%}": round(f * budget) for f in FRACTIONS}
+    return {"300ep": 300, **points} if table == "mnist" else points
+
+
+def run(method: str, table: str, problem: TabularProblem, seed: int, budget: int) -> dict:
+    """One seeded run of ``method``: its JSON line (the trace and the policy's decision log)."""
+    tic = time.perf_counter()
+    line = {"method": method, "table": table, "rows": problem.X.shape[0], "seed": seed, "budget": budget}
+    if method in SYNE_TUNE_METHODS:
+        from benchmarks.syne_tune.methods import run_syne_tune
+
+        trace = run_syne_tune(SYNE_TUNE_METHODS[method], problem, seed, budget, workers=WORKERS)
+        return {**line, "trace": trace, "wall": time.perf_counter() - tic}
+    instance = HARNESS_METHODS[method]()
     cpu: list[float] = []
-    if isinstance(instance, GPARFreezeThaw):  # time the policy's decisions in CPU seconds too
+    if isinstance(instance, GPARFreezeThaw):  # the decisions' CPU time too
         resume = instance.resume
 
         def timed(history):
-            tic = time.process_time()
+            start = time.process_time()
             try:
                 return resume(history)
             finally:
-                cpu.append(time.process_time() - tic)
+                cpu.append(time.process_time() - start)
 
         instance.resume = timed
-    tic = time.perf_counter()
-    trace = simulate(instance, problem, seed, budget, workers=4)
-    return {
-        "tag": method,
-        "gen": table,
-        "seed": seed,
-        "budget": budget,
-        "epochs": trace.epochs,
-        "inc": trace.incumbent_error,
-        "best": problem.best_final_error,
-        "median": float(problem.final_error.median()),
-        "sugg": trace.suggest_seconds,
-        "obs": trace.suggest_observed,
-        "cpu_dec": cpu,
-        "wall": time.perf_counter() - tic,
-        "ntrials": len(trace.trials),
-        "completed": sum(t["status"] == "completed" for t in trace.trials),
-        "reasons": getattr(instance, "reasons", None),
-    }
+    trace = simulate(instance, problem, seed, budget, workers=WORKERS).to_json()
+    return {**line, "trace": trace, "cpu_decisions": cpu,
+            "reasons": getattr(instance, "reasons", None), "wall": time.perf_counter() - tic}
 
 
-def regret(line: dict, epochs: float) -> float:
-    """Regret after ``epochs`` (the table's median before the first completion)."""
-    i = int(np.searchsorted(np.asarray(line["epochs"]), epochs, side="right")) - 1
-    return (line["inc"][i] if i >= 0 else line["median"]) - line["best"]
+def run_key(line: dict) -> tuple:
+    return line["method"], line["table"], line["rows"], line["seed"], line["budget"]
 
 
-def summary(lines: list[dict], tables: list[str], budget: int, fractions: tuple[float, ...]) -> str:
-    """Markdown: regret per method at the fractions of the budget, and decision times."""
-    by = collections.defaultdict(list)
-    for line in lines:
-        if line["gen"] in tables and line["budget"] == budget:
-            by[line["tag"]].append(line)
-    random_median = {
-        t: float(np.median([regret(x, budget) for x in by["random"] if x["gen"] == t]))
-        for t in tables
-        if any(x["gen"] == t for x in by["random"])
-    }
-    points = [round(f * budget) for f in fractions]
-    rows = [
-        "| method | runs | " + " | ".join(f"regret@{p}" for p in points) + " | worst run - random median |",
-        "|---|---|" + "---|" * len(points) + "---|",
-    ]
-    for method in METHODS:
-        runs = by.get(method, [])
-        if not runs:
+def load_runs(path: Path) -> list[dict]:
+    """The runs file's lines (a line cut short by a kill is dropped; it is rerun)."""
+    if not path.exists():
+        return []
+    lines = []
+    for text in path.read_text().splitlines():
+        try:
+            line = json.loads(text)
+        except json.JSONDecodeError:
             continue
-        values = np.array([[regret(x, p) for p in points] for x in runs])
-        se = values.std(0, ddof=1) / np.sqrt(len(runs)) if len(runs) > 1 else 0 * values[0]
-        worst = max(
-            (regret(x, budget) - random_median[x["gen"]] for x in runs if x["gen"] in random_median),
-            default=float("nan"),
-        )
-        cells = " | ".join(f"{m:.4f} ± {s:.4f}" for m, s in zip(values.mean(0), se))
-        rows.append(f"| {method} | {len(runs)} | {cells} | {worst:+.4f} |")
-    policy = by.get("gpar_freeze_thaw", [])
-    if policy:
-        wall = np.concatenate([x["sugg"] for x in policy])
-        cpu = np.concatenate([x["cpu_dec"] for x in policy])
-        late = wall[np.concatenate([x["obs"] for x in policy]) >= 200]
-        rows.append(
-            f"\nPolicy decisions: {len(wall)}; wall clock median {np.median(wall):.3f} s, max "
-            f"{wall.max():.2f} s; CPU median {np.median(cpu):.3f} s, max {cpu.max():.2f} s"
-            + (f"; with >= 200 runs observed: {len(late)} decisions, wall median "
-               f"{np.median(late):.3f} s, max {late.max():.2f} s" if len(late) else "")
-            + "."
-        )
-        reasons = collections.Counter(r.split(" (")[0].split(":")[0] for x in policy for r in x["reasons"])
-        rows.append(f"Decisions by reason: {dict(reasons)}.")
-    return "\n".join(rows)
+        if "trace" in line:  # lines of the first study (another format) are not reused
+            lines.append(line)
+    return lines
 
 
-def main(argv: list[str] | None = None) -> None:
+def table_rows(
+    table: str, problem: TabularProblem, runs: dict[str, list[dict]], budget: int
+) -> tuple[list[dict], list[dict]]:
+    """Per method: regret at the report points, epochs to the thresholds, worst seed.
+
+    Returns:
+        The summary rows and the Wilcoxon rows (policy vs each method, paired by seed).
+    """
+    best = problem.best_final_error
+    before = float(problem.final_error.median()) - best  # regret before the first completion
+    points = report_points(table, budget)
+    random_median = (
+        float(np.median([regret_at(x["trace"], best, before, [budget], budget)[0] for x in runs["random"]]))
+        if runs.get("random") else math.nan
+    )
+    summary, tests = [], []
+    for method, lines in runs.items():
+        traces = [x["trace"] for x in lines]
+        regrets = np.array([regret_at(t, best, before, list(points.values()), budget) for t in traces])
+        mean, se = mean_se(regrets)
+        row: dict = {"table": table, "method": method, "seeds": len(traces)}
+        for label, m, s in zip(points, mean, se):
+            row[f"regret@{label}"] = float(m)
+            row[f"se@{label}"] = float(s)
+        for threshold in THRESHOLDS:
+            epochs = np.array([epochs_to_threshold(t, best, threshold) for t in traces])
+            reached = np.isfinite(epochs)
+            # Seeds that never reached the threshold count as the budget: a lower bound.
+            row[f"epochs_to_{threshold:.1%}"] = float(np.where(reached, epochs, budget).mean())
+            row[f"reached_{threshold:.1%}"] = f"{int(reached.sum())}/{len(traces)}"
+        row["worst_minus_random_median"] = float(regrets[:, -1].max() - random_median)
+        summary.append(row)
+    if REFERENCE in runs:
+        mine = {x["seed"]: x["trace"] for x in runs[REFERENCE]}
+        for other, lines in runs.items():
+            if other == REFERENCE:
+                continue
+            theirs = {x["seed"]: x["trace"] for x in lines}
+            seeds = sorted(set(mine) & set(theirs))
+            for label, p in points.items():
+                a = [regret_at(mine[s], best, before, [p], budget)[0] for s in seeds]
+                b = [regret_at(theirs[s], best, before, [p], budget)[0] for s in seeds]
+                tests.append({
+                    "table": table, "other": other, "at": label, "epochs": p, "seeds": len(seeds),
+                    "policy_regret": float(np.mean(a)) if seeds else math.nan,
+                    "other_regret": float(np.mean(b)) if seeds else math.nan,
+                    "p_policy_less": wilcoxon_less(a, b) if len(seeds) > 1 else math.nan,
+                })
+    return summary, tests
+
+
+def decision_costs(lines: list[dict]) -> dict:
+    """The policy's decision times: wall clock and CPU, overall and with >= 200 runs observed."""
+    wall = np.concatenate([np.asarray(x["trace"]["suggest_seconds"], float) for x in lines])
+    observed = np.concatenate([np.asarray(x["trace"]["suggest_observed"]) for x in lines])
+    cpu = np.concatenate([np.asarray(x["cpu_decisions"], float) for x in lines])
+    late = cpu[observed >= 200] if len(cpu) == len(observed) else np.array([])
+    reasons: dict[str, int] = {}
+    for x in lines:
+        for reason in x.get("reasons") or []:
+            key = reason.split(" (")[0].split(":")[0]
+            reasons[key] = reasons.get(key, 0) + 1
+    return {
+        "decisions": int(len(wall)),
+        "wall_median_s": float(np.median(wall)), "wall_max_s": float(wall.max()),
+        "cpu_median_s": float(np.median(cpu)), "cpu_max_s": float(cpu.max()),
+        "decisions_at_200": int(len(late)),
+        "cpu_median_at_200_s": float(np.median(late)) if len(late) else math.nan,
+        "cpu_max_at_200_s": float(late.max()) if len(late) else math.nan,
+        "reasons": reasons,
+    }
+
+
+def plot(path: Path, bands: dict[str, dict], budgets: dict[str, int]) -> None:
+    """Mean regret (± SE) against epochs, one panel per table."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tables = list(bands)
+    fig, axes = plt.subplots(1, len(tables), figsize=(4.2 * len(tables), 3.6), squeeze=False)
+    for ax, table in zip(axes[0], tables):
+        grid = np.arange(1, budgets[table] + 1)
+        for method, (mean, se) in bands[table].items():
+            style = {"lw": 2.2, "color": "black"} if method == REFERENCE else {"lw": 1.2}
+            ax.plot(grid, np.maximum(mean, 1e-4), label=method, **style)
+            ax.fill_between(grid, np.maximum(mean - se, 1e-4), np.maximum(mean + se, 1e-4), alpha=0.15)
+        ax.set_yscale("log")
+        ax.set_title(table)
+        ax.set_xlabel("epochs")
+    axes[0][0].set_ylabel("regret (final error)")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def report(lines: list[dict], tables: Sequence[str], out: Path, command: str, seeds: int) -> str:
+    """Write ``freeze_thaw.{md,csv,json,png}`` from the runs on ``tables``; the markdown."""
+    summary, tests, bands, budgets, costs = [], [], {}, {}, {}
+    for table in tables:
+        problem = make_problem(table)
+        mine = [x for x in lines if x["table"] == table and x["rows"] == problem.X.shape[0]]
+        if not mine:
+            continue
+        budget = budgets[table] = mine[0]["budget"]
+        runs: dict[str, list[dict]] = {}
+        for method in METHODS:
+            chosen = sorted((x for x in mine if x["method"] == method and x["seed"] < seeds),
+                            key=lambda x: x["seed"])
+            if chosen:
+                runs[method] = chosen
+        if REFERENCE in runs:  # compare on the policy's seeds: every mean is over the same runs
+            paired = {x["seed"] for x in runs[REFERENCE]}
+            runs = {m: [x for x in v if x["seed"] in paired] for m, v in runs.items()}
+        rows, table_tests = table_rows(table, problem, runs, budget)
+        summary += rows
+        tests += table_tests
+        best = problem.best_final_error
+        before = float(problem.final_error.median()) - best
+        bands[table] = regret_bands({m: [x["trace"] for x in v] for m, v in runs.items()}, best, before, budget)
+        if REFERENCE in runs:
+            costs[table] = decision_costs(runs[REFERENCE])
+    if not summary:
+        raise SystemExit("No runs to report for these tables.")
+    points = ["300ep"] * any(t == "mnist" for t in budgets) + [f"{f:.0%}" for f in FRACTIONS]
+    columns = ["table", "method", "seeds", *(f"{c}@{p}" for p in points for c in ("regret", "se")),
+               *(f"{c}_{t:.1%}" for t in THRESHOLDS for c in ("epochs_to", "reached")),
+               "worst_minus_random_median"]
+    summary = [{k: row.get(k) for k in columns} for row in summary]
+    from benchmarks.report import markdown_table
+
+    def sig(p: float) -> str:
+        return "" if math.isnan(p) else ("yes" if p < 0.05 else "no")
+
+    tests = [{**t, "p<0.05": sig(t["p_policy_less"])} for t in tests]
+    notes = [
+        "Regret: incumbent final error minus the table's best; before a run's first completion, "
+        "the median setting's regret. `se@e`: standard error over seeds. `epochs_to_x`: epochs "
+        "until regret <= x, a seed that never got there counted as the budget (so a lower bound); "
+        "`reached_x`: seeds that got there. `worst_minus_random_median`: the worst seed's final "
+        "regret minus random search's median seed's (<= 0 meets the issue's robustness target). "
+        "Where the policy ran, every method is summarised on the policy's seeds (paired).",
+    ]
+    if tests:
+        notes.append("## Paired one-sided Wilcoxon tests: policy regret < other's\n\n" + markdown_table(tests))
+    for table, cost in costs.items():
+        notes.append(
+            f"**Policy decisions on {table}:** {cost['decisions']}; CPU median {cost['cpu_median_s']:.3f} s, "
+            f"max {cost['cpu_max_s']:.2f} s; with >= 200 runs observed: {cost['decisions_at_200']} decisions, "
+            f"CPU median {cost['cpu_median_at_200_s']:.3f} s, max {cost['cpu_max_at_200_s']:.2f} s; "
+            f"wall clock (inflated by other load) median {cost['wall_median_s']:.3f} s, max "
+            f"{cost['wall_max_s']:.2f} s. By reason: {cost['reasons']}."
+        )
+    rows_note = {t: make_problem(t).X.shape[0] for t in budgets}
+    notes.append(f"Settings per table: {rows_note}; budgets (epochs): {budgets}; {WORKERS} workers.")
+    write_results(out, "freeze_thaw", "GPAR freeze-thaw against the screeners and learning-curve BO",
+                  summary, command, list(range(seeds)), notes="\n\n".join(notes),
+                  extra={"wilcoxon": tests, "decision_costs": costs, "budgets": budgets})
+    plot(out / "freeze_thaw.png", bands, budgets)
+    return (out / "freeze_thaw.md").read_text()
+
+
+def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tables", nargs="+", default=["101", "102", "103", "mnist"],
-                        help="synthetic generator seeds and/or 'mnist' (default: 101 102 103 mnist)")
+    parser.add_argument("--tables", nargs="+", default=DEFAULT_TABLES,
+                        help=f"synthetic generator seeds, 'mnist', 'digits' (default: {' '.join(DEFAULT_TABLES)})")
     parser.add_argument("--seeds", type=int, default=5, help="run seeds 0..N-1 (default 5)")
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--methods", nargs="+", default=None, choices=METHODS,
+                        help="default: every method whose dependencies are installed")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--quick", action="store_true", help="one tiny synthetic table, 2 seeds, model-free methods and the policy")
+    parser.add_argument("--report-only", action="store_true", help="write the report from the runs file")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.tables, args.seeds = ["quick"], 2
+        args.methods = args.methods or [REFERENCE, "asha", "random"]
+    for table in args.tables:
+        if not (table.isdigit() or table in ("mnist", "digits", "quick")
+                or table.startswith("digits:") and table[7:].isdigit()):
+            parser.error(f"unknown table {table!r}: a synthetic generator seed, 'mnist', 'digits' or 'quick'")
+    methods = args.methods or _available_methods()
+    if any(m in SYNE_TUNE_METHODS for m in methods) and not args.report_only:
+        from benchmarks.syne_tune.methods import syne_tune_python
+
+        syne_tune_python()  # one-line error before any run if its virtualenv is missing
+    if "optuna_tpe_hyperband" in methods and not optuna_available():
+        parser.error("optuna_tpe_hyperband needs optuna: pip install 'gpar-bo[bench]'")
     torch.set_num_threads(1)
     path = args.out / "freeze_thaw_runs.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-    done = {(x["tag"], x["gen"], x["seed"], x["budget"]) for x in lines}
-    for table in args.tables:
-        budget = BUDGETS["mnist" if table == "mnist" else "synthetic"]
-        for seed in range(args.seeds):
-            for method in args.methods:
-                if (method, table, seed, budget) in done:
-                    continue
-                line = run(method, table, seed, budget)
-                with path.open("a") as handle:
+    args.out.mkdir(parents=True, exist_ok=True)
+    # Reporting only reads the runs file: it may run beside a study that appends to it.
+    with contextlib.nullcontext() if args.report_only else exclusive(path):
+        lines = load_runs(path)
+        done = {run_key(x) for x in lines}
+        if not args.report_only:
+            from tqdm import tqdm
+
+            problems = {t: make_problem(t) for t in args.tables}
+            todo = [(m, t, s) for t in args.tables for s in range(args.seeds) for m in methods
+                    if (m, t, problems[t].X.shape[0], s, budget_of(t, problems[t])) not in done]
+            for method, table, seed in tqdm(todo, desc="runs", unit="run"):
+                problem = problems[table]
+                line = run(method, table, problem, seed, budget_of(table, problem))
+                with path.open("a") as handle:  # whole lines: a kill loses only the run in progress
                     handle.write(json.dumps(line) + "\n")
                 lines.append(line)
-                print(method, table, seed, f"final regret {regret(line, budget):.4f}", flush=True)
-    synthetic = [t for t in args.tables if t != "mnist"]
-    parts = ["# GPAR freeze-thaw vs model-free baselines (4 workers)"]
-    if synthetic:
-        parts.append(f"## Synthetic tables {', '.join(synthetic)} (held out), budget {BUDGETS['synthetic']} epochs\n\n"
-                     + summary(lines, synthetic, BUDGETS["synthetic"], (0.25, 0.5, 1.0)))
-    if "mnist" in args.tables:
-        parts.append(f"## MNIST table, budget {BUDGETS['mnist']} epochs\n\n"
-                     + summary(lines, ["mnist"], BUDGETS["mnist"], (0.3, 1.0)))
-    parts.append(
-        "Regret: incumbent final error minus the table's best (the table's median before the "
-        "first completed run); ± is the standard error over runs. Wall clock counts waiting "
-        "for a core on a shared machine; CPU time is what a decision costs."
-    )
-    text = "\n\n".join(parts) + "\n"
-    (args.out / "freeze_thaw.md").write_text(text)
+    text = report(lines, args.tables, args.out, command_line(argv), args.seeds)
     print(text)
+    return text
+
+
+def _available_methods() -> list[str]:
+    from benchmarks.syne_tune.methods import syne_tune_available
+
+    methods = [m for m in HARNESS_METHODS if m != "optuna_tpe_hyperband" or optuna_available()]
+    return methods + (list(SYNE_TUNE_METHODS) if syne_tune_available() else [])
 
 
 if __name__ == "__main__":

@@ -7,13 +7,14 @@ versions and date next to its numbers, so a committed result can be re-run.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
 import platform
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -114,3 +115,21 @@ def write_results(
     payload = {"rows": list(rows), "command": command, "seeds": seeds, "machine": machine}
     paths["json"].write_text(json.dumps({**payload, **(extra or {})}, indent=2, default=str))
     return paths
+
+
+@contextlib.contextmanager
+def exclusive(path: Path) -> Iterator[None]:
+    """Hold ``path`` (a runs file) for the block: a second process appending to it
+    exits at once with a one-line error (``gpar_bo.tuning.lock.DirectoryLock``; a
+    killed holder never blocks the next run)."""
+    from gpar_bo.tuning.lock import DirectoryLock, DirectoryLocked
+
+    lock = DirectoryLock(path.parent, name=f"{path.name}.lock", user=f"process writing {path.name}")
+    try:
+        lock.acquire()
+    except DirectoryLocked as error:
+        raise SystemExit(f"error: {error}") from None
+    try:
+        yield
+    finally:
+        lock.release()

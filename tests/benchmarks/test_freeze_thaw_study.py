@@ -1,0 +1,44 @@
+"""The freeze-thaw study's quick variant: runs, resumes, reports what the traces say."""
+
+import json
+
+import pytest
+
+from benchmarks import freeze_thaw_study as study
+
+
+def test_quick_study_writes_report_resumes_and_matches_traces(tmp_path):
+    study.main(["--quick", "--methods", "asha", "random", "--out", str(tmp_path)])
+    runs = tmp_path / "freeze_thaw_runs.jsonl"
+    lines = [json.loads(x) for x in runs.read_text().splitlines()]
+    assert sorted((x["method"], x["seed"]) for x in lines) == [
+        ("asha", 0), ("asha", 1), ("random", 0), ("random", 1)]
+    for suffix in ("md", "csv", "json", "png"):
+        assert (tmp_path / f"freeze_thaw.{suffix}").stat().st_size > 0
+
+    study.main(["--quick", "--methods", "asha", "random", "--out", str(tmp_path)])
+    assert len(runs.read_text().splitlines()) == 4  # resumed: nothing rerun
+
+    problem = study.make_problem("quick")
+    rows = json.loads((tmp_path / "freeze_thaw.json").read_text())["rows"]
+    for method in ("asha", "random"):
+        finals = [x["trace"]["incumbent_error"][-1] - problem.best_final_error
+                  for x in lines if x["method"] == method]
+        row = next(r for r in rows if r["method"] == method)
+        assert row["regret@100%"] == pytest.approx(sum(finals) / len(finals))
+
+
+def test_unknown_table_is_a_one_line_error(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        study.main(["--tables", "cifar", "--out", str(tmp_path)])
+    assert "unknown table 'cifar'" in capsys.readouterr().err
+    assert not (tmp_path / "freeze_thaw_runs.jsonl").exists()
+
+
+def test_a_second_process_on_the_same_runs_file_is_refused(tmp_path):
+    from benchmarks.report import exclusive
+
+    with exclusive(tmp_path / "freeze_thaw_runs.jsonl"):
+        with pytest.raises(SystemExit, match="in use by another process writing freeze_thaw_runs.jsonl"):
+            study.main(["--quick", "--methods", "random", "--out", str(tmp_path)])
+    assert not (tmp_path / "freeze_thaw_runs.jsonl").exists()
