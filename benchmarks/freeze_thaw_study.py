@@ -52,7 +52,7 @@ from benchmarks.bo.baselines import BASELINES, optuna_available
 from benchmarks.bo.freeze_thaw import GPARFreezeThaw
 from benchmarks.bo.harness import TabularProblem, simulate
 from benchmarks.bo.problems import funnel_table, mnist_table, synthetic_problem
-from benchmarks.report import RESULTS, command_line, exclusive, write_results
+from benchmarks.report import RESULTS, command_line, exclusive, markdown_table, write_results
 
 REFERENCE = "gpar_freeze_thaw"
 HARNESS_METHODS: dict[str, Callable] = {REFERENCE: GPARFreezeThaw, **BASELINES}
@@ -278,8 +278,6 @@ def report(lines: list[dict], tables: Sequence[str], out: Path, command: str, se
                *(f"{c}_{t:.1%}" for t in THRESHOLDS for c in ("epochs_to", "reached")),
                "worst_minus_random_median"]
     summary = [{k: row.get(k) for k in columns} for row in summary]
-    from benchmarks.report import markdown_table
-
     def sig(p: float) -> str:
         return "" if math.isnan(p) else ("yes" if p < 0.05 else "no")
 

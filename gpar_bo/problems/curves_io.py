@@ -262,103 +262,85 @@ def generate_curves(
     path.parent.mkdir(parents=True, exist_ok=True)
     # Two writers would append the same settings twice: the second is refused at once.
     with DirectoryLock(path.parent, name=f"{path.name}.lock", user=f"process writing {path.name}"):
-        return _append_curves(path, hparam_names, settings, train, epochs, seed, provenance,
-                              versions, progress, command, max_new)
+        from tqdm.auto import tqdm
 
-
-def _append_curves(
-    path: Path,
-    hparam_names: Sequence[str],
-    settings: Sequence[Sequence[float]],
-    train: Callable[[int, int], TrainResult],
-    epochs: int,
-    seed: int,
-    provenance: Mapping[str, Any],
-    versions: Mapping[str, str],
-    progress: bool,
-    command: str | None,
-    max_new: int | None,
-) -> int:
-    """:func:`generate_curves` under its lock."""
-    from tqdm.auto import tqdm
-
-    n_settings = len(settings)
-    d = len(hparam_names)
-    columns = curve_columns(hparam_names, epochs)
-    done: dict[int, list[float]] = {}
-    if path.exists() and path.stat().st_size > 0:
-        header, done = read_curve_rows(path, hparam_names, repair=True)
-        if header != columns:
-            raise ValueError(
-                f"{path} has columns for a different number of epochs or format; "
-                f"expected {len(columns)} columns for epochs={epochs}"
-            )
-        for index, row in done.items():
-            if index >= n_settings:
-                raise ValueError(f"{path} has setting index {index} >= n_settings={n_settings}")
-            expected = [float(v) for v in settings[index]]
-            if not np.allclose(row[1 : 1 + d], expected, rtol=1e-9, atol=1e-9):
+        n_settings = len(settings)
+        d = len(hparam_names)
+        columns = curve_columns(hparam_names, epochs)
+        done: dict[int, list[float]] = {}
+        if path.exists() and path.stat().st_size > 0:
+            header, done = read_curve_rows(path, hparam_names, repair=True)
+            if header != columns:
                 raise ValueError(
-                    f"{path}: row {index} has hyperparameters {row[1:1 + d]} but seed {seed} "
-                    f"samples {expected} there; was the file made with another seed or grid?"
+                    f"{path} has columns for a different number of epochs or format; "
+                    f"expected {len(columns)} columns for epochs={epochs}"
                 )
-        logger.info("%s: resuming with %d of %d settings already done", path, len(done), n_settings)
-    else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(",".join(columns) + "\n")
+            for index, row in done.items():
+                if index >= n_settings:
+                    raise ValueError(f"{path} has setting index {index} >= n_settings={n_settings}")
+                expected = [float(v) for v in settings[index]]
+                if not np.allclose(row[1 : 1 + d], expected, rtol=1e-9, atol=1e-9):
+                    raise ValueError(
+                        f"{path}: row {index} has hyperparameters {row[1:1 + d]} but seed {seed} "
+                        f"samples {expected} there; was the file made with another seed or grid?"
+                    )
+            logger.info("%s: resuming with %d of %d settings already done", path, len(done), n_settings)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(",".join(columns) + "\n")
 
-    prov_file = provenance_path(path)
-    prov: dict[str, Any] = json.loads(prov_file.read_text()) if prov_file.exists() else {}
-    run_record = {"started": _now(), "rows_before": len(done), "command": command or " ".join(
-        [Path(sys.argv[0]).name, *sys.argv[1:]])}
-    info = dict(provenance)
-    prov.update({
-        "description": info.pop("description", ""),
-        "csv": path.name,
-        "seed": seed,
-        "n_settings": n_settings,
-        "epochs": epochs,
-        **info,
-        "versions": dict(versions),
-        "machine": _machine(),
-    })
-    prov.setdefault("runs", []).append(run_record)
+        prov_file = provenance_path(path)
+        prov: dict[str, Any] = json.loads(prov_file.read_text()) if prov_file.exists() else {}
+        run_record = {"started": _now(), "rows_before": len(done), "command": command or " ".join(
+            [Path(sys.argv[0]).name, *sys.argv[1:]])}
+        info = dict(provenance)
+        prov.update({
+            "description": info.pop("description", ""),
+            "csv": path.name,
+            "seed": seed,
+            "n_settings": n_settings,
+            "epochs": epochs,
+            **info,
+            "versions": dict(versions),
+            "machine": _machine(),
+        })
+        prov.setdefault("runs", []).append(run_record)
 
-    def write_prov(rows: int) -> None:
-        run_record["rows_after"] = rows
-        run_record["finished"] = _now()
-        prov["rows"] = rows
-        prov["complete"] = rows == n_settings
-        # Write-then-rename: a kill never leaves a half-written provenance note.
-        tmp = prov_file.with_name(prov_file.name + ".tmp")
-        tmp.write_text(json.dumps(prov, indent=1) + "\n")
-        os.replace(tmp, prov_file)
+        def write_prov(rows: int) -> None:
+            run_record["rows_after"] = rows
+            run_record["finished"] = _now()
+            prov["rows"] = rows
+            prov["complete"] = rows == n_settings
+            # Write-then-rename: a kill never leaves a half-written provenance note.
+            tmp = prov_file.with_name(prov_file.name + ".tmp")
+            tmp.write_text(json.dumps(prov, indent=1) + "\n")
+            os.replace(tmp, prov_file)
 
-    write_prov(len(done))
-    todo = [i for i in range(n_settings) if i not in done]
-    if max_new is not None:
-        todo = todo[:max_new]
-    n_rows = len(done)
-    bar = tqdm(total=n_settings, initial=len(done), disable=not progress, unit="setting",
-               desc=path.name, dynamic_ncols=True)
-    try:
-        with open(path, "a", encoding="utf-8") as handle:
-            for index in todo:
-                train_seed = train_seed_for(seed, index)
-                result = train(index, train_seed)
-                if result.epochs_run != epochs:
-                    raise RuntimeError(f"setting {index} ran {result.epochs_run} of {epochs} epochs")
-                handle.write(_format_row(index, settings[index], train_seed, result.seconds,
-                                         result.val_loss, result.val_error))
-                handle.flush()
-                os.fsync(handle.fileno())
-                n_rows += 1
-                bar.update(1)
-                write_prov(n_rows)  # keep the note's row count in step with the CSV
-    finally:
-        bar.close()
-        write_prov(n_rows)
-    return n_rows - len(done)
+        write_prov(len(done))
+        todo = [i for i in range(n_settings) if i not in done]
+        if max_new is not None:
+            todo = todo[:max_new]
+        n_rows = len(done)
+        bar = tqdm(total=n_settings, initial=len(done), disable=not progress, unit="setting",
+                   desc=path.name, dynamic_ncols=True)
+        try:
+            with open(path, "a", encoding="utf-8") as handle:
+                for index in todo:
+                    train_seed = train_seed_for(seed, index)
+                    result = train(index, train_seed)
+                    if result.epochs_run != epochs:
+                        raise RuntimeError(f"setting {index} ran {result.epochs_run} of {epochs} epochs")
+                    handle.write(_format_row(index, settings[index], train_seed, result.seconds,
+                                             result.val_loss, result.val_error))
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                    n_rows += 1
+                    bar.update(1)
+                    write_prov(n_rows)  # keep the note's row count in step with the CSV
+        finally:
+            bar.close()
+            write_prov(n_rows)
+        return n_rows - len(done)
 
 
 def load_curves(
