@@ -20,7 +20,7 @@ calibrated, on held-out partial curves:
   NLL of the mixture density.
 
 Models: ``lognormal`` is the policy's curve model,
-:data:`gpar_bo.freeze_thaw.CURVE_MODEL_OPTIONS` (D-GPAR-NL-X on log-error increments,
+:func:`gpar_bo.curve_model.curve_model_options` (D-GPAR-NL-X on log-error increments,
 ``SingleTaskGP``'s LogNormal(-4, 1) noise prior); ``gamma`` is the same with
 ``noise_prior="gamma"`` (BoTorch's Gamma(1.1, 0.05)); ``exp_decay`` is BoTorch's ``SingleTaskMultiFidelityGP`` with the exponential-decay kernel
 (``benchmarks.bo.surrogates.FreezeThaw``; Gaussian predictive, prefixes of length 0
@@ -57,7 +57,8 @@ from torch import Tensor
 from benchmarks.bo.harness import TabularProblem
 from benchmarks.bo.problems import funnel_table, mnist_table, synthetic_problem
 from benchmarks.bo.surrogates import FreezeThaw
-from gpar_bo.freeze_thaw import CURVE_MODEL_OPTIONS, FreezeThawIndex, to_increments
+from gpar_bo.curve_model import curve_model_options, resolve_gpar_options
+from gpar_bo.freeze_thaw import FreezeThawIndex
 from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -65,8 +66,8 @@ N_TRAIN, N_TEST = 80, 200
 NUM_PATHS = 256
 SEEDS = (0, 1, 2)
 GPAR_VARIANTS: Mapping[str, Mapping[str, Any]] = {
-    "lognormal": CURVE_MODEL_OPTIONS,
-    "gamma": {**CURVE_MODEL_OPTIONS, "noise_prior": "gamma"},
+    "lognormal": curve_model_options(),
+    "gamma": curve_model_options(noise_prior="gamma"),
 }
 TABLES: dict[str, Callable[[], TabularProblem]] = {
     "mnist": mnist_table,
@@ -104,7 +105,7 @@ def split(
 
 def fit_curve_model(X: Tensor, Y: Tensor, options: Mapping[str, Any]) -> GPARModel:
     """GPAR on the log-error increments of ``Y`` (``n x M``), fitted as the policy fits it."""
-    model = GPARModel(X, to_increments(Y.log()), **options)
+    model = GPARModel(X, Y, **resolve_gpar_options(options))
     with torch.random.fork_rng():  # fit retries draw from the global RNG
         torch.manual_seed(0)
         fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model))
@@ -122,7 +123,7 @@ def final_mixture(
     (``FreezeThawIndex.final_paths``, after adding the prefixes to the model's data).
 
     Args:
-        model: A fitted curve model (outputs: ``to_increments`` of log errors).
+        model: A fitted curve model (modelled outputs: log-error increments).
         epochs: The ``M`` checkpoint epochs.
         X_test: ``t x d`` settings.
         Y_test: ``t x M`` errors, NaN after each run's prefix (a row may be all NaN).
@@ -131,16 +132,15 @@ def final_mixture(
     Returns:
         ``num_paths x t`` means and variances of the Gaussian mixture components.
     """
-    Z = to_increments(Y_test.log())
-    has = ~Z[:, 0].isnan()
+    has = ~Y_test[:, 0].isnan()
     if has.any():
-        model = model.condition_on_observations(X_test[has], Z[has])
+        model = model.condition_on_observations(X_test[has], Y_test[has])
     # The incumbent only enters the index, not the paths.
     index = FreezeThawIndex(
         model, torch.tensor(list(epochs), dtype=X_test.dtype), incumbent=1.0, num_samples=num_paths
     )
     with torch.no_grad():
-        paths = index.final_paths(X_test, (~Z.isnan()).sum(-1))
+        paths = index.final_paths(X_test, (~Y_test.isnan()).sum(-1))
     return paths.mean, paths.variance
 
 
@@ -241,7 +241,7 @@ def write_results(rows: list[dict[str, Any]], meta: dict[str, Any], stem: Path) 
         "intervals (target 45-55 % / 92-97 %), NLL per run (nats, log-error units), "
         "pooled over held-out runs and seeds; ± is the binomial standard error.",
         "",
-        "Models: `lognormal` = the policy's curve model, `CURVE_MODEL_OPTIONS` (LogNormal(-4, 1) "
+        "Models: `lognormal` = the policy's curve model, `curve_model_options()` (LogNormal(-4, 1) "
         "noise prior); `gamma` = the same with `noise_prior=\"gamma\"` (Gamma(1.1, 0.05)); "
         "`exp_decay` = BoTorch's `SingleTaskMultiFidelityGP` with the exponential-decay kernel "
         "(reference; Gaussian).",

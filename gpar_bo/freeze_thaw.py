@@ -23,8 +23,9 @@ remaining epoch, i.e. cost-aware expected improvement.
 Design choices and why:
 
 * **GPAR models log-error increments between checkpoints** (output 1 is the log error
-  at the first checkpoint, output m > 1 the change of log error since checkpoint m - 1),
-  not the log errors themselves. The two carry the same information (a triangular
+  at the first checkpoint, output m > 1 the change of log error since checkpoint m - 1;
+  the package's curve model, :func:`gpar_bo.curve_model.curve_model_options`), not the
+  log errors themselves. The two carry the same information (a triangular
   bijection of each prefix), but each conditional's prior (a constant mean, fitted on
   the runs that reached that checkpoint) then says "the curve goes on changing as
   curves did" instead of "the curve ends where the finished runs ended". While few runs
@@ -89,10 +90,10 @@ from botorch.utils.transforms import t_batch_mode_transform
 from torch import Tensor
 from torch.quasirandom import SobolEngine
 
+from gpar_bo.curve_model import LogIncrements, from_increments, resolve_gpar_options
 from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
 
 __all__ = [
-    "CURVE_MODEL_OPTIONS",
     "Decision",
     "FinalPaths",
     "FreezeThawIndex",
@@ -102,10 +103,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-#: The GPAR variant for learning curves: D-GPAR-NL-X, the most accurate variant of
-#: the MLP validation-error study (here on log-error increments, see above).
-CURVE_MODEL_OPTIONS: Mapping[str, Any] = {"kernel": "NL-X", "denoise": True}
 
 #: New settings are screened with ``num_samples // SCREEN_RATIO`` paths (and as many
 #: times fewer bins); the ``NUM_FINALISTS`` best are scored with all paths, so the
@@ -208,12 +205,6 @@ def stopping_index(
     return low
 
 
-def to_increments(log_errors: Tensor) -> Tensor:
-    """Log errors (``... x M``, NaN after a prefix) to the model's outputs: the first
-    value, then the changes between consecutive checkpoints."""
-    return torch.cat([log_errors[..., :1], log_errors.diff(dim=-1)], -1)
-
-
 class FinalPaths(NamedTuple):
     """Sample paths of log errors and the final log error's Gaussian along each
     (see ``FreezeThawIndex.final_paths``)."""
@@ -231,8 +222,9 @@ class FreezeThawIndex(AcquisitionFunction):
     none; as an acquisition function (``forward``) it scores new settings.
 
     Args:
-        model: A fitted ``GPARModel`` whose outputs are ``to_increments`` of log
-            errors at the checkpoints.
+        model: A fitted ``GPARModel`` whose modelled outputs are log-error
+            increments at the checkpoints (a ``LogIncrements`` outcome transform, or
+            data given as ``to_increments`` of log errors).
         epochs: ``M`` increasing epochs of the checkpoints.
         incumbent: The best final error so far (error units, > 0).
         num_samples: Sample paths per run (a multiple of ``num_bins``).
@@ -274,7 +266,7 @@ class FreezeThawIndex(AcquisitionFunction):
             path up to the second-last checkpoint, and that ``noise`` (a scalar).
         """
         model, M = self.model, len(self.epochs)
-        posterior = model.posterior(X.unsqueeze(-2), observation_noise=True)
+        posterior = model.modelled_posterior(X.unsqueeze(-2), observation_noise=True)
         normals = draw_sobol_normal_samples(d=M, n=self.num_samples, dtype=X.dtype, seed=self.seed)
         base = normals.view(self.num_samples, 1, 1, M).expand(-1, len(X), 1, M)
         samples, means, variances = posterior.rsample_with_conditionals(
@@ -291,7 +283,7 @@ class FreezeThawIndex(AcquisitionFunction):
             raise ValueError("A run's observed checkpoints are not in the model's data.")
         observed_values = model.modelled_Y[rows]
         increments = torch.where(known, observed_values.nan_to_num(), samples)
-        log_errors = increments.cumsum(-1)
+        log_errors = from_increments(increments)
         final_mean = (log_errors[..., -2] if M > 1 else 0.0) + means[..., -1]
         noise = posterior.predictors[M - 1].noise
         return FinalPaths(log_errors, final_mean, variances[..., -1], noise)
@@ -356,7 +348,11 @@ class FreezeThawPolicy:
         refit_growth: Re-optimise GPAR's hyperparameters when the number of
             observed values grew by more than this fraction since the last fit;
             in between, reload them (decisions stay cheap as data accumulate).
-        gpar_options: ``GPARModel`` options (default ``CURVE_MODEL_OPTIONS``).
+        gpar_options: ``GPARModel`` options (default
+            :func:`~gpar_bo.curve_model.curve_model_options`). The index is computed
+            on log-error increments, so the model always has a ``LogIncrements``
+            transform: options without an ``outcome_transform`` (or with None) get
+            one, and any other transform is an error.
         fit_kwargs: Arguments of ``fit_gpytorch_mll``.
         seed: Seed of the random settings, the model-free draws and the samplers.
     """
@@ -408,7 +404,15 @@ class FreezeThawPolicy:
         self.model_free_fraction = model_free_fraction
         self.eta = eta
         self.refit_growth = refit_growth
-        self.gpar_options = dict(CURVE_MODEL_OPTIONS if gpar_options is None else gpar_options)
+        options = resolve_gpar_options(gpar_options)
+        if options.get("outcome_transform") is None:
+            options["outcome_transform"] = LogIncrements()
+        if not isinstance(options["outcome_transform"], LogIncrements):
+            raise ValueError(
+                "FreezeThawPolicy models log-error increments: gpar_options' outcome_transform "
+                f"must be a LogIncrements or absent; got {options['outcome_transform']!r}."
+            )
+        self.gpar_options = options
         self.fit_kwargs = dict(fit_kwargs or {})
         self.seed = seed
         self.generator = torch.Generator().manual_seed(seed)
@@ -464,7 +468,7 @@ class FreezeThawPolicy:
         candidates: Tensor | None, bounds: Tensor | None,
     ) -> Decision:
         reported = observed > 0
-        model, note = self._model(X[reported], to_increments(Y[reported].log()))
+        model, note = self._model(X[reported], Y[reported])
         M = len(self.epochs)
         incumbent = float(Y[observed == M, -1].min())
         acqf = FreezeThawIndex(
@@ -614,11 +618,12 @@ class FreezeThawPolicy:
             return Decision("resume", row, reason)
         return self._random_new(candidates, bounds, reason)
 
-    def _model(self, X: Tensor, Z: Tensor) -> tuple[GPARModel, str]:
-        """GPAR on the increments ``Z``; hyperparameters refitted (warm-started) when
-        the data grew enough, else reloaded. A failed refit reloads the last fit."""
-        model = GPARModel(X, Z, output_names=self.epochs.long().tolist(), **self.gpar_options)
-        values = int((~Z.isnan()).sum())
+    def _model(self, X: Tensor, Y: Tensor) -> tuple[GPARModel, str]:
+        """GPAR on the runs' values ``Y`` (modelled as log-error increments);
+        hyperparameters refitted (warm-started) when the data grew enough, else
+        reloaded. A failed refit reloads the last fit."""
+        model = self._new_model(X, Y)
+        values = int((~Y.isnan()).sum())
         note = ""
         if self._fitted is None or values > (1 + self.refit_growth) * self._fitted[0]:
             if self._fitted is not None:
@@ -634,10 +639,15 @@ class FreezeThawPolicy:
                     raise
                 logger.warning("GPAR refit failed (%s); reusing the last fit.", error)
                 note = f" (refit failed: {error}; last fit reused)"
-                model = GPARModel(X, Z, output_names=self.epochs.long().tolist(), **self.gpar_options)
+                model = self._new_model(X, Y)
                 model.load_state_dict(self._fitted[1], strict=False)
             else:
                 self._fitted = (values, model.hyperparameters())
         else:
             model.load_state_dict(self._fitted[1], strict=False)
         return model.eval(), note
+
+    def _new_model(self, X: Tensor, Y: Tensor) -> GPARModel:
+        """An unfitted GPAR on ``Y`` with its own copy of the options' transform."""
+        options = resolve_gpar_options(self.gpar_options)
+        return GPARModel(X, Y, output_names=self.epochs.long().tolist(), **options)

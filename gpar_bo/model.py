@@ -42,7 +42,7 @@ from gpar_bo.kernels import Conventions, KernelFamily, input_kernels
 from gpar_bo.posterior import GPARPosterior
 from gpar_bo.prediction import output_scaling
 from gpar_bo.prepared import PredictorCache
-from gpar_bo.transformed import transformed, untransformed
+from gpar_bo.transformed import TriangularOutcomeTransform, transformed, untransformed
 
 #: L-BFGS-B's relative tolerance on the loss (BoTorch's mll is per data point) for
 #: the conditionals' fits. At SciPy's default (2.2e-9) the later conditionals of
@@ -87,9 +87,11 @@ class GPARModel(Model):
             earlier conditionals' posterior means (latent values), in training
             and in prediction, instead of the noisy observations.
         use_rbf_kernel: EQ kernel on x (default) or Matern-5/2.
-        outcome_transform: An optional elementwise outcome transform applied
-            to ``train_Y`` before modelling (e.g. ``Log()`` for error rates);
-            the posterior is untransformed by sampling. Each conditional also
+        outcome_transform: An optional outcome transform applied to
+            ``train_Y`` before modelling: elementwise (e.g. ``Log()`` for error
+            rates) or a ``TriangularOutcomeTransform`` (e.g. ``LogIncrements``,
+            of :mod:`gpar_bo.curve_model`); the posterior is untransformed by
+            sampling (see ``posterior``). Each conditional also
             scales its own targets (standardised, or divided by their root mean
             square under the paper's conventions).
         num_inducing: Fit every conditional with the variational inducing-point
@@ -343,6 +345,14 @@ class GPARModel(Model):
         finished run is judged by the prefix it has shown. If several training
         rows share the input, the one with the longest observed prefix is used.
 
+        With an outcome transform, samples are untransformed one by one. A
+        ``TriangularOutcomeTransform`` (original output m depends on modelled
+        outputs 1..m, e.g. ``LogIncrements``) is applied to samples of every
+        output up to the last one asked for, with a run's observed modelled
+        values in place of the samples of the outputs it observed: such a run's
+        observed outputs are reported as observed, and its later outputs are
+        conditioned on what it showed.
+
         Args:
             X: A ``batch_shape x q x d`` (or ``q x d``) tensor of inputs.
             output_indices: The outputs to return (default: all).
@@ -358,19 +368,40 @@ class GPARModel(Model):
             outcome transform or a scalarisation, a ``MappedGPARPosterior`` (a
             BoTorch ``TransformedPosterior``) of it.
         """
+        if kwargs:
+            raise TypeError(f"Unexpected arguments: {sorted(kwargs)}.")
+        indices = self._output_indices(output_indices)
+        transform = getattr(self, "outcome_transform", None)
+        triangular = isinstance(transform, TriangularOutcomeTransform)
+        sampled = list(range(max(indices, default=-1) + 1)) if triangular else indices
+        posterior: Posterior = self.modelled_posterior(X, sampled, observation_noise)
+        if triangular:
+            observed = posterior.prepared.observed_prefix(X, self.modelled_Y)
+            posterior = untransformed(posterior, transform, indices, self.num_outputs, observed)
+        elif transform is not None:
+            posterior = untransformed(posterior, transform, indices, self.num_outputs)
+        if posterior_transform is not None:
+            posterior = transformed(posterior, posterior_transform)
+        return posterior
+
+    def modelled_posterior(
+        self,
+        X: Tensor,
+        output_indices: list[int] | None = None,
+        observation_noise: bool | Tensor = False,
+    ) -> GPARPosterior:
+        r"""The GPAR posterior of the modelled outputs (after ``outcome_transform``).
+
+        What ``posterior`` untransforms: e.g. for estimates that use each
+        conditional's Gaussian moments (``GPARPosterior.rsample_with_conditionals``).
+        Arguments as for ``posterior``.
+        """
         check_inputs(X, d=self.train_X.shape[-1], dtype=self.train_X.dtype)
         if torch.is_tensor(observation_noise):
             raise NotImplementedError(
                 "GPARModel supports observation_noise=True/False, not given noise levels."
             )
-        if kwargs:
-            raise TypeError(f"Unexpected arguments: {sorted(kwargs)}.")
-        indices = list(range(self.num_outputs)) if output_indices is None else list(output_indices)
-        unknown = [i for i in indices if not 0 <= i < self.num_outputs]
-        if unknown or not indices:
-            raise ValueError(
-                f"output_indices {indices} must be in [0, {self.num_outputs - 1}]."
-            )
+        indices = self._output_indices(output_indices)
         self.eval()
         # Acquisition optimisation asks for many posteriors of the same model;
         # the cache rebuilds the predictors only when the model changed.
@@ -382,12 +413,17 @@ class GPARModel(Model):
             self.fed_Y,
             self.denoise,
         )
-        posterior: Posterior = GPARPosterior(prepared, X, indices, bool(observation_noise))
-        if hasattr(self, "outcome_transform"):
-            posterior = untransformed(posterior, self.outcome_transform, indices, self.num_outputs)
-        if posterior_transform is not None:
-            posterior = transformed(posterior, posterior_transform)
-        return posterior
+        return GPARPosterior(prepared, X, indices, bool(observation_noise))
+
+    def _output_indices(self, output_indices: Sequence[int] | None) -> list[int]:
+        """The outputs asked for (default: all), checked."""
+        indices = list(range(self.num_outputs)) if output_indices is None else list(output_indices)
+        unknown = [i for i in indices if not 0 <= i < self.num_outputs]
+        if unknown or not indices:
+            raise ValueError(
+                f"output_indices {indices} must be in [0, {self.num_outputs - 1}]."
+            )
+        return indices
 
     # ------------------------------------------------------------- new data
     def condition_on_observations(self, X: Tensor, Y: Tensor, **kwargs: Any) -> GPARModel:

@@ -376,14 +376,16 @@ class GPARPosterior(Posterior):
         """Monte Carlo mean and variance of mapped samples over the moment paths.
 
         Args:
-            sample_map: Maps ``... x q x m`` samples of the reported outputs to
-                ``... x q x m'`` (e.g. an outcome untransform).
+            sample_map: Maps ``... x batch_shape x q x m`` samples of the reported
+                outputs to ``... x batch_shape x q x m'`` (e.g. an outcome
+                untransform), as in ``rsample``: it may use tensors of the
+                posterior's ``batch_shape x q`` points.
 
         Returns:
             The ``batch_shape x q x m'`` mean and variance.
         """
         reported, _, _ = self._paths
-        samples = sample_map(reported[..., self.output_indices]).squeeze(-2)
+        samples = sample_map(reported[..., self.output_indices].squeeze(-2))
         return samples.mean(0), samples.var(0)
 
     @property

@@ -91,7 +91,7 @@ class PreparedConditionals:
     def num_outputs(self) -> int:
         return len(self.predictors)
 
-    def observed_prefix(self, X: Tensor) -> tuple[Tensor, Tensor]:
+    def observed_prefix(self, X: Tensor, Y: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Observed values (to feed forward) of the training runs equal to X.
 
         A point that equals a training input uses that run's observed outputs;
@@ -99,6 +99,8 @@ class PreparedConditionals:
 
         Args:
             X: A ``batch_shape x q x d`` tensor.
+            Y: ``n x M`` values of the training runs to return instead of
+                ``fed_Y`` (e.g. the modelled observations).
 
         Returns:
             ``batch_shape x q x M`` values and a bool mask of observed outputs.
@@ -108,7 +110,7 @@ class PreparedConditionals:
         score = torch.where(matches, lengths, -1.0)
         best = score.argmax(-1)
         mask = self.observed[best] & matches.any(-1, keepdim=True)
-        values = torch.where(mask, self.fed_Y[best], 0.0)
+        values = torch.where(mask, (self.fed_Y if Y is None else Y)[best], 0.0)
         return values, mask
 
 

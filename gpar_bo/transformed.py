@@ -6,6 +6,11 @@ posterior's mean and covariance; GPAR's joint predictive is not Gaussian. Here a
 map is applied to the samples through BoTorch's ``TransformedPosterior``, and
 the moments are the Monte Carlo moments of the mapped samples over the
 posterior's fixed moment paths (``GPARPosterior.moments_of``).
+
+Elementwise transforms (BoTorch's ``Log``, ``Standardize``, ...) map each output
+on its own. A ``TriangularOutcomeTransform`` maps each output from the modelled
+outputs up to it (e.g. ``gpar_bo.curve_model.LogIncrements``): a sample-by-sample
+map is as exact for it, once every sample carries those earlier outputs.
 """
 
 from __future__ import annotations
@@ -21,6 +26,18 @@ from botorch.posteriors.transformed import TransformedPosterior
 from torch import Tensor
 
 from gpar_bo.posterior import GPARPosterior
+
+
+class TriangularOutcomeTransform(OutcomeTransform):
+    """An outcome transform whose untransformed output m depends on modelled outputs 1..m.
+
+    Its ``untransform`` must accept any prefix of the outputs (``... x k``, ``k <= M``)
+    and return that prefix in original units. ``GPARModel`` then samples every output
+    up to the last one asked for, puts a run's observed (modelled) values in place of
+    the samples of the outputs it observed (its later original outputs are functions
+    of them), untransforms and reports the outputs asked for. Such a transform has no
+    ``subset_output``: a later original output needs the earlier modelled ones.
+    """
 
 
 class MappedGPARPosterior(TransformedPosterior):
@@ -73,21 +90,41 @@ def untransformed(
     outcome_transform: OutcomeTransform,
     output_indices: Sequence[int],
     num_outputs: int,
+    observed: tuple[Tensor, Tensor] | None = None,
 ) -> MappedGPARPosterior:
     """The posterior of the outputs in their original units.
 
     Args:
-        posterior: A posterior of the modelled (transformed) outputs ``output_indices``.
-        outcome_transform: The model's elementwise outcome transform over all
-            ``num_outputs`` outputs.
-        output_indices: The outputs the posterior reports, in order.
+        posterior: A posterior of the modelled (transformed) outputs: those in
+            ``output_indices`` for an elementwise transform; every output up to the
+            largest of them, in order, for a ``TriangularOutcomeTransform``.
+        outcome_transform: The model's outcome transform over all ``num_outputs``
+            outputs: elementwise, or triangular.
+        output_indices: The outputs to report, in order.
         num_outputs: The model's number of outputs.
+        observed: For a triangular transform, the modelled values and the mask of
+            the observed outputs at the posterior's points (``batch x q x M``, as
+            ``PreparedConditionals.observed_prefix`` gives them); they replace the
+            samples where observed.
     """
-    if list(output_indices) != list(range(num_outputs)):
-        outcome_transform = outcome_transform.subset_output(list(output_indices))
-    return map_samples(
-        posterior, lambda s: outcome_transform.untransform(s)[0], len(output_indices)
-    )
+    indices = list(output_indices)
+    if not isinstance(outcome_transform, TriangularOutcomeTransform):
+        if indices != list(range(num_outputs)):
+            outcome_transform = outcome_transform.subset_output(indices)
+        return map_samples(posterior, lambda s: outcome_transform.untransform(s)[0], len(indices))
+    k = max(indices) + 1
+    if posterior.output_indices != list(range(k)) or observed is None:
+        raise ValueError(
+            "A triangular outcome transform needs the posterior of every output up to the "
+            "last one reported, and the observed prefixes."
+        )
+    values, mask = (t[..., :k] for t in observed)
+
+    def sample_map(samples: Tensor) -> Tensor:
+        known = torch.where(mask, values.to(samples), samples)
+        return outcome_transform.untransform(known)[0][..., indices]
+
+    return map_samples(posterior, sample_map, len(indices))
 
 
 def transformed(

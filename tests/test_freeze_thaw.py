@@ -15,7 +15,6 @@ from gpar_bo.freeze_thaw import (
     FreezeThawPolicy,
     expected_improvement_lognormal,
     stopping_index,
-    to_increments,
 )
 
 EPOCHS = [1, 2, 4]
@@ -82,11 +81,6 @@ def test_lognormal_expected_improvement_matches_monte_carlo() -> None:
     monte_carlo = (0.1 - (mean + std * z).exp()).clamp_min(0).mean(0)
     exact = expected_improvement_lognormal(mean, std, 0.1)
     assert torch.allclose(exact, monte_carlo, atol=2e-4)
-
-
-def test_increments_invert_by_cumulative_sum() -> None:
-    _, Y = state()
-    assert torch.allclose(to_increments(Y.log()).cumsum(-1), Y.log(), equal_nan=True)
 
 
 # ------------------------------------------------------------------ the decisions

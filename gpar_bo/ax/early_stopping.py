@@ -6,6 +6,12 @@ the trial is stopped when the probability that this value beats the incumbent
 (the best final value among trials that reached the final checkpoint) is below
 ``threshold``.
 
+GPAR is the package's learning-curve variant by default (D-GPAR-NL-X on log increments
+of the metric, :mod:`gpar_bo.curve_model`), as in the freeze-thaw policy; its samples are
+untransformed, so the comparison with the incumbent is in the metric's units. The
+metric must then be positive (an error, a loss); for one that can be <= 0, pass
+``gpar_options=curve_model_options(outcome_transform=None)`` (or other options).
+
 The GPAR model is fitted on the finished curves (completed and early-stopped
 trials) and refitted only when those change; running trials enter through
 ``GPARModel.condition_on_observations``, so each poll costs a posterior, not a fit.
@@ -35,6 +41,7 @@ from torch import Tensor
 
 from gpar_bo.ax.checkpoints import Checkpoints
 from gpar_bo.ax.curves import ExperimentCurves, experiment_curves, objective_metric
+from gpar_bo.curve_model import resolve_gpar_options
 from gpar_bo.data import MIN_OBSERVATIONS_PER_OUTPUT
 from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
 from gpar_bo.refit import RefitSchedule
@@ -57,7 +64,11 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
         min_completed_trials: Trials that reached the final checkpoint before any
             stopping (at least 2, as GPAR needs two values of every output).
         num_samples: Monte Carlo samples of the final value.
-        gpar_options: Keyword arguments for ``GPARModel``.
+        gpar_options: Keyword arguments for ``GPARModel``; None (default) is
+            :func:`gpar_bo.curve_model.curve_model_options` (log increments of a
+            positive metric: a value <= 0 is an error when GPAR is fitted). Given
+            options replace the default, they are not merged with it (``{}`` is
+            ``GPARModel``'s own default: GPAR-L-NL on the raw metric).
         fit_kwargs: Keyword arguments for each conditional's ``fit_gpytorch_mll``.
         seed: Seed of the Monte Carlo samples (decisions are reproducible).
         refit_growth: Re-optimise GPAR's hyperparameters only once the number of
@@ -93,7 +104,7 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
         self.min_completed_trials = min_completed_trials
         self.threshold = threshold
         self.num_samples = num_samples
-        self.gpar_options = dict(gpar_options or {})
+        self.gpar_options = None if gpar_options is None else dict(gpar_options)
         self.fit_kwargs = dict(fit_kwargs or {})
         self.seed = seed
         self.refit_growth = refit_growth
@@ -131,7 +142,7 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1]
         model = GPARModel(finished.X, finished.Y, output_names=self.checkpoints.tolist(),
-                          **self.gpar_options)
+                          **resolve_gpar_options(self.gpar_options))
         self._refit.fit_or_reload(model, len(finished.trial_indices))
         self._cache = (key, model)
         return model

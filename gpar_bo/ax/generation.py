@@ -17,6 +17,15 @@ acquisition always targets the final checkpoint: GPAR cannot extrapolate to an
 output it has never observed, so before that the factory keeps generating Sobol
 points (see ``gpar_generation_strategy``).
 
+GPAR is the package's learning-curve variant by default (D-GPAR-NL-X on log increments
+of the metric, :mod:`gpar_bo.curve_model`), the one the freeze-thaw policy and early
+stopping use. Its posterior is untransformed sample by sample, so the value at the final
+checkpoint (a function of every increment) is in the metric's units before Ax scalarises
+it. The log needs the metric's own, positive values: Ax's ``StandardizeY`` is then left
+out of the generator's transforms (each GPAR conditional standardises its own targets);
+it stays for GPAR options without an outcome transform, which model the standardised
+metric as before.
+
 Importing this module registers ``GPARCurveModel`` with Ax's fitting dispatcher
 (:mod:`gpar_bo.ax.storage` registers it for storage).
 """
@@ -53,6 +62,7 @@ from torch import Tensor
 
 from gpar_bo.ax.checkpoints import Checkpoints
 from gpar_bo.ax.curves import curve_table, curves_with_gaps, observed_checkpoints
+from gpar_bo.curve_model import resolve_gpar_options
 from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
 
 __all__ = [
@@ -99,7 +109,9 @@ class GPARCurveModel(Model):
             GPAR's outputs, in order.
         step_index: The column of ``train_X`` holding the step.
         gpar_options: Keyword arguments for ``GPARModel`` (e.g. ``kernel``,
-            ``markov``, ``denoise``).
+            ``markov``, ``denoise``); None (default) is
+            :func:`gpar_bo.curve_model.curve_model_options`. Given options replace
+            the default (``{}`` is ``GPARModel``'s own default).
 
     Rows with equal parameters (one configuration run in several trials) are
     merged into one run, averaging values at the same checkpoint.
@@ -118,13 +130,14 @@ class GPARCurveModel(Model):
             raise ValueError(f"train_Y must be `n x 1`; got {tuple(train_Y.shape)}.")
         self.checkpoints = checkpoints = Checkpoints(checkpoints)
         self.step_index = step_index % train_X.shape[-1]
-        self.gpar_options = dict(gpar_options or {})
+        self.gpar_options = None if gpar_options is None else dict(gpar_options)
         self.train_X, self.train_Y = train_X, train_Y
         steps = checkpoints.rescaled_indices(train_X[:, self.step_index])
         configs, run = self._without_step(train_X).unique(dim=0, return_inverse=True)
         curves = curve_table(run, steps, train_Y[:, 0], len(configs), len(checkpoints))
         gaps = curves_with_gaps(curves)
-        if gaps and not self.gpar_options.get("impute", False):
+        options = resolve_gpar_options(self.gpar_options)
+        if gaps and not options.get("impute", False):
             raise ValueError(
                 f"{len(gaps)} trial(s) reported after skipping a checkpoint (e.g. at "
                 f"{observed_checkpoints(curves[gaps[0]], checkpoints)} of "
@@ -132,9 +145,7 @@ class GPARCurveModel(Model):
                 "only its last step). GPAR needs every checkpoint up to a trial's last: "
                 "report each one, or pass gpar_options={'impute': True}."
             )
-        self.gpar = GPARModel(
-            configs, curves, output_names=checkpoints.tolist(), **self.gpar_options
-        )
+        self.gpar = GPARModel(configs, curves, output_names=checkpoints.tolist(), **options)
 
     @classmethod
     def construct_inputs(
@@ -349,7 +360,13 @@ def gpar_generation_strategy(
             checkpoint, needs two observations. Until then Sobol continues, so
             parallel workers stay busy while the first runs finish.
         gpar_options: Keyword arguments for ``GPARModel`` (``kernel``, ``markov``,
-            ``denoise``, ...).
+            ``denoise``, ...); None (default) is
+            :func:`gpar_bo.curve_model.curve_model_options`, log increments of a
+            positive metric (a value <= 0 is an error when GPAR is fitted; pass
+            ``curve_model_options(outcome_transform=None)`` for such a metric).
+            Given options replace the default, they are not merged with it
+            (``{}`` is ``GPARModel``'s own default, GPAR-L-NL on the metric
+            standardised by Ax).
         botorch_acqf_class: Acquisition function; Ax's default (qLogNEI for one
             objective) if None.
         fit_kwargs: Keyword arguments for each conditional's ``fit_gpytorch_mll``
@@ -365,6 +382,7 @@ def gpar_generation_strategy(
         A ``GenerationStrategy`` with nodes ``"Sobol"`` and ``"GPAR"``.
     """
     checkpoints = Checkpoints(checkpoints)
+    transforms_outcomes = resolve_gpar_options(gpar_options).get("outcome_transform") is not None
     if min_completed_trials < 2:
         raise ValueError("min_completed_trials must be >= 2 (GPAR needs two final values).")
     sobol = GenerationNode(
@@ -395,7 +413,8 @@ def gpar_generation_strategy(
         model_options={
             "checkpoints": checkpoints.tolist(),  # JSON-native for storage
             "metric_name": metric_name,
-            "gpar_options": dict(gpar_options or {}),
+            # None stands for the default (stored as such: JSON-native).
+            "gpar_options": None if gpar_options is None else dict(gpar_options),
         },
         # GPARModel normalises each conditional's inputs itself.
         input_transform_classes=None,
@@ -413,7 +432,8 @@ def gpar_generation_strategy(
         # Ax's default Y transforms minus Winsorize (which would clip the high
         # early-checkpoint values as outliers) and the transforms for relative or
         # constraint metrics; standardisation is affine, so curves keep their shape.
-        "transforms": [*MBM_X_trans, StandardizeY],
+        # A GPAR outcome transform (log increments) needs the metric's own values.
+        "transforms": [*MBM_X_trans] if transforms_outcomes else [*MBM_X_trans, StandardizeY],
     }
     if botorch_acqf_class is not None:
         generator_kwargs["botorch_acqf_class"] = botorch_acqf_class

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import torch
+from botorch.acquisition.objective import ScalarizedPosteriorTransform
 
 from gpar_bo import GPARModel
 from gpar_bo.ax import GPARCurveModel
+from gpar_bo.curve_model import LogIncrements
 from tests.helpers import EPOCHS, fit, partial_curves
 
 
@@ -38,3 +40,22 @@ def test_loading_a_state_without_refitting_matches_a_fresh_model_on_the_new_data
     actual = loaded.posterior(final)
     torch.testing.assert_close(actual.mean, expected.mean)
     torch.testing.assert_close(actual.variance, expected.variance)
+
+
+def test_default_variant_scalarises_the_untransformed_final_value() -> None:
+    # Ax minimises through a scalarisation with weight -1 of the final checkpoint's
+    # value; with log increments that value is exp of the sum of every output.
+    X, Y = partial_curves(n=16)
+    model = GPARCurveModel(*ax_rows(X, Y), EPOCHS, step_index=-1)
+    assert isinstance(model.gpar.outcome_transform, LogIncrements)
+    fit(model.gpar)
+    test_X = torch.rand(3, 2, dtype=X.dtype, generator=torch.Generator().manual_seed(2))
+    final = torch.cat([test_X, torch.ones(3, 1, dtype=X.dtype)], -1).unsqueeze(-2)  # 3 x 1 x 3
+    weights = torch.tensor([-1.0], dtype=X.dtype)
+    posterior = model.posterior(final, posterior_transform=ScalarizedPosteriorTransform(weights))
+    base = torch.randn(32, 3, 1, len(EPOCHS), dtype=X.dtype,
+                       generator=torch.Generator().manual_seed(3))
+    samples = posterior.rsample_from_base_samples(torch.Size([32]), base)
+    modelled = model.gpar.modelled_posterior(test_X.unsqueeze(-2))
+    increments = modelled.rsample_from_base_samples(torch.Size([32]), base)
+    torch.testing.assert_close(samples, -increments.sum(-1, keepdim=True).exp())

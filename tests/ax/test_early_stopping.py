@@ -8,6 +8,7 @@ from ax.api.client import Client
 from ax.api.configs import RangeParameterConfig
 
 from gpar_bo.ax import Checkpoints, GPAREarlyStoppingStrategy
+from gpar_bo.curve_model import LogIncrements, curve_model_options
 from gpar_bo.synthetic import learning_curves
 
 EPOCHS = [1, 2, 4, 8, 16]
@@ -22,10 +23,12 @@ def curve(x: tuple[float, float], seed: int) -> list[float]:
     return learning_curves(X, EPOCHS, noise_std=0.005, seed=seed)[0].tolist()
 
 
-def add_trial(client: Client, x: tuple[float, float], upto: int, seed: int) -> int:
+def add_trial(
+    client: Client, x: tuple[float, float], upto: int, seed: int, shift: float = 0.0
+) -> int:
     index = client.attach_trial({"x1": x[0], "x2": x[1]})
     for epoch, value in list(zip(EPOCHS, curve(x, seed)))[:upto]:
-        client.attach_data(index, {"error": value}, progression=epoch)
+        client.attach_data(index, {"error": value + shift}, progression=epoch)
     return index
 
 
@@ -61,6 +64,38 @@ def test_stops_a_hopeless_trial_and_keeps_a_promising_one(client: Client) -> Non
     assert p[hopeless] < 0.05 < 0.3 < p[promising]
     client.mark_trial_early_stopped(hopeless)
     client.mark_trial_abandoned(promising)
+
+
+def test_default_is_the_curve_model_and_samples_are_errors(client: Client) -> None:
+    strategy = client._early_stopping_strategy
+    assert strategy.gpar_options is None and strategy.settings()["gpar_options"] is None
+    running = add_trial(client, PROMISING, upto=3, seed=103)
+    samples, incumbent = strategy.final_value_samples(client._experiment, [running])
+    model = strategy._cache[1]  # GPAR on the finished curves
+    assert model.kernel_family.value == "NL-X" and model.denoise
+    assert isinstance(model.outcome_transform, LogIncrements)
+    # In the metric's units: positive errors around the finished runs' final errors.
+    finals = [curve(x, seed)[-1] for seed, x in enumerate(FINISHED)]
+    assert (samples[running] > 0).all()
+    assert min(finals) / 2 < float(samples[running].median()) < 2 * max(finals)
+    assert incumbent == pytest.approx(min(finals))
+    client.mark_trial_abandoned(running)
+
+
+def test_a_metric_below_zero_is_a_clear_error_with_the_default() -> None:
+    for gpar_options in (None, curve_model_options(outcome_transform=None)):
+        client = make_client()
+        for seed, x in enumerate(FINISHED[:4]):
+            client.complete_trial(add_trial(client, x, len(EPOCHS), seed, shift=-0.2))
+        running = add_trial(client, HOPELESS, upto=3, seed=100, shift=-0.2)
+        client.set_early_stopping_strategy(
+            GPAREarlyStoppingStrategy(EPOCHS, min_progression=4, fit_kwargs=FIT,
+                                      gpar_options=gpar_options))
+        if gpar_options is None:
+            with pytest.raises(ValueError, match=r"positive values.*outcome_transform=None"):
+                client.should_stop_trial_early(running)
+        else:
+            assert isinstance(client.should_stop_trial_early(running), bool)
 
 
 def test_waits_for_the_minimum_progression(client: Client) -> None:

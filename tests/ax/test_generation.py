@@ -9,8 +9,11 @@ import torch
 from ax.api.client import Client
 from ax.api.configs import RangeParameterConfig
 
+from ax.adapter.transforms.standardize_y import StandardizeY
+
 from gpar_bo import GPARModel
 from gpar_bo.ax import GPARCurveModel, gpar_generation_strategy
+from gpar_bo.curve_model import LogIncrements, curve_model_options
 from gpar_bo.synthetic import learning_curves
 
 EPOCHS = [1, 2, 4, 8, 16]
@@ -215,3 +218,42 @@ def test_sql_round_trip_keeps_the_gpar_node(tmp_path: Path) -> None:
     (index, _), = restored.get_next_trials(max_trials=1).items()
     assert restored._experiment.trials[index].generator_runs[0]._generation_node_name == "GPAR"
     assert fitted_model(restored).gpar.train_X.shape[0] == 5  # the prefix came back too
+
+
+# ------------------------------------------------------- the default GPAR variant
+def test_default_is_the_curve_model_on_the_metric_itself(loop: dict) -> None:
+    model = fitted_model(loop["client"])
+    assert model.gpar.kernel_family.value == "NL-X" and model.gpar.denoise
+    assert isinstance(model.gpar.outcome_transform, LogIncrements)
+    # Ax's StandardizeY is left out: GPAR sees the errors themselves (positive).
+    errors = loop["client"]._experiment.lookup_data().full_df["mean"]
+    assert sorted(model.train_Y.squeeze(-1).tolist()) == pytest.approx(sorted(errors.tolist()))
+
+
+def test_given_options_replace_the_default_and_keep_ax_standardisation() -> None:
+    def node(strategy):
+        spec = strategy._nodes[1].generator_specs[0].generator_kwargs
+        return spec["transforms"], spec["surrogate_spec"].model_configs[0].model_options
+
+    transforms, options = node(gpar_generation_strategy(EPOCHS))
+    assert StandardizeY not in transforms and options["gpar_options"] is None
+    transforms, options = node(gpar_generation_strategy(EPOCHS, gpar_options={}))
+    assert StandardizeY in transforms and options["gpar_options"] == {}
+    raw = curve_model_options(outcome_transform=None)
+    transforms, options = node(gpar_generation_strategy(EPOCHS, gpar_options=raw))
+    assert StandardizeY in transforms and options["gpar_options"]["kernel"] == "NL-X"
+
+
+def test_a_metric_below_zero_is_a_clear_error_with_the_default() -> None:
+    for gpar_options in (None, curve_model_options(outcome_transform=None)):
+        client = make_client(gpar_options=gpar_options)
+        for _ in range(2):
+            for index, parameters in client.get_next_trials(max_trials=2).items():
+                for epoch, value in zip(EPOCHS, curve(parameters, index)):
+                    client.attach_data(index, {"error": value - 0.2}, progression=epoch)
+                client.complete_trial(index)
+        if gpar_options is None:
+            with pytest.raises(ValueError, match=r"positive values.*outcome_transform=None"):
+                client.get_next_trials(max_trials=1)
+        else:
+            assert len(client.get_next_trials(max_trials=1)) == 1
