@@ -188,8 +188,8 @@ class GPARModel(Model):
             if not torch.isfinite(modelled_Y[observed]).all():
                 raise ValueError(
                     "The outcome transform gives non-finite values for observed "
-                    "outputs (e.g. Log of a non-positive error); GPAR needs an "
-                    "elementwise transform that is finite on the data."
+                    "outputs (e.g. Log of a non-positive error); GPAR needs a "
+                    "transform that is finite on the data."
                 )
             outcome_transform.eval()
             self.outcome_transform = outcome_transform

@@ -6,9 +6,10 @@ import math
 
 import pytest
 import torch
+from botorch.fit import fit_gpytorch_mll
 from botorch.models.transforms.outcome import Log
 
-from gpar_bo import GPARModel
+from gpar_bo import GPARMarginalLogLikelihood, GPARModel
 from gpar_bo.curve_model import (
     LogIncrements,
     curve_model_options,
@@ -22,10 +23,6 @@ QUICK = {"optimizer_kwargs": {"options": {"maxiter": 30}}}
 
 
 def fitted(model: GPARModel) -> GPARModel:
-    from botorch.fit import fit_gpytorch_mll
-
-    from gpar_bo import GPARMarginalLogLikelihood
-
     fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model), **QUICK)
     return model.eval()
 

@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from ax.adapter.transforms.standardize_y import StandardizeY
 from ax.api.client import Client
 from ax.api.configs import RangeParameterConfig
-
-from ax.adapter.transforms.standardize_y import StandardizeY
 
 from gpar_bo import GPARModel
 from gpar_bo.ax import GPARCurveModel, gpar_generation_strategy
