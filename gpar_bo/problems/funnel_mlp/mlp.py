@@ -27,7 +27,6 @@ them. Any validation example whose logits are non-finite counts as misclassified
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -38,6 +37,7 @@ from torch import nn
 
 from gpar_bo.problems.curves_io import EpochCallback, TrainResult
 from gpar_bo.problems.funnel_mlp.data import TabularData
+from gpar_bo.problems.training import minibatch_epoch, record_epochs, seeded_run
 
 __all__ = [
     "HPARAM_NAMES",
@@ -209,39 +209,27 @@ def train(
     """
     if epochs < 1:
         raise ValueError(f"epochs must be at least 1, got {epochs}")
-    result = TrainResult()
-    start = time.perf_counter()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded_run(seed) as (result, shuffle_gen):
         model = build_funnel_mlp(hparams, data.n_features, data.n_classes)
         optimiser = torch.optim.SGD(
             model.parameters(), lr=hparams.learning_rate, momentum=hparams.momentum,
             weight_decay=hparams.weight_decay,
         )
         schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=epochs)
-        shuffle_gen = torch.Generator().manual_seed(seed)
-        x_train, y_train, n_train, bs = data.x_train, data.y_train, data.n_train, hparams.batch_size
         diverged = False
-        for epoch in range(1, epochs + 1):
+        val_loss, val_error = math.inf, 1.0
+
+        def run_epoch(epoch: int) -> tuple[float, float]:
+            nonlocal diverged, val_loss, val_error
             if not diverged:
-                model.train()
-                order = torch.randperm(n_train, generator=shuffle_gen)
-                finite_training = True
-                for begin in range(0, n_train, bs):
-                    idx = order[begin : begin + bs]
-                    loss = nn.functional.cross_entropy(model(x_train[idx]), y_train[idx])
-                    finite_training &= bool(torch.isfinite(loss))
-                    optimiser.zero_grad(set_to_none=True)
-                    loss.backward()
-                    optimiser.step()
+                finite_training = minibatch_epoch(
+                    model, optimiser, data.x_train, data.y_train, hparams.batch_size, shuffle_gen,
+                    nn.functional.cross_entropy,
+                )
                 schedule.step()
                 val_loss, val_error, all_nonfinite = _evaluate(model, data.x_val, data.y_val)
                 diverged = all_nonfinite and not finite_training
-            result.val_loss.append(val_loss)
-            result.val_error.append(val_error)
-            result.epochs_run = epoch
-            if callback is not None and callback(epoch, val_loss, val_error):
-                result.stopped_early = epoch < epochs
-                break
-    result.seconds = time.perf_counter() - start
+            return val_loss, val_error
+
+        record_epochs(result, epochs, run_epoch, callback)
     return result

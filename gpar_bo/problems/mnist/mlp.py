@@ -14,7 +14,6 @@ training examples in batches of 4,000).
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -26,6 +25,7 @@ from torch import nn
 
 from gpar_bo.problems.curves_io import EpochCallback, TrainResult
 from gpar_bo.problems.mnist.data import MNISTData
+from gpar_bo.problems.training import minibatch_epoch, record_epochs, seeded_run
 from gpar_bo.tuning.jobs import load_checkpoint, save_checkpoint
 
 __all__ = [
@@ -265,21 +265,27 @@ def train_mlp(
     bs = batch_size_for(data.n_train) if batch_size is None else int(batch_size)
     if bs < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
-    result = TrainResult()
-    start = time.perf_counter()
-    # fork_rng: seed everything the run draws (init and dropout use the global RNG)
-    # without leaking into, or depending on, the caller's RNG state.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded_run(seed) as (result, shuffle_gen):
         model = build_mlp(hparams, data.n_features, data.n_classes)
         optimiser = torch.optim.Adam(
             model.parameters(), lr=hparams.learning_rate, betas=(0.9, 0.999), eps=1e-8
         )
         penalised = _penalised_weights(model)
         l1, l2 = hparams.l1, hparams.l2
-        shuffle_gen = torch.Generator().manual_seed(seed)
-        x_train, y_train = data.x_train, data.y_train
-        n_train = data.n_train
+
+        def objective(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+            loss = nn.functional.cross_entropy(logits, labels)
+            return loss + sum(l1 * w.abs().sum() + l2 * w.pow(2).sum() for w in penalised)
+
+        def run_epoch(epoch: int) -> tuple[float, float]:
+            minibatch_epoch(model, optimiser, data.x_train, data.y_train, bs, shuffle_gen, objective)
+            model.eval()
+            with torch.inference_mode():
+                val_logits = model(data.x_val)
+                val_loss = float(nn.functional.cross_entropy(val_logits, data.y_val))
+                val_error = float((val_logits.argmax(dim=1) != data.y_val).double().mean())
+            return val_loss, val_error
+
         identity = {"hparams": hparams.to_dict(), "seed": seed, "batch_size": bs}
         state = load_checkpoint(checkpoint_dir)
         if state is not None:
@@ -293,33 +299,14 @@ def train_mlp(
             shuffle_gen.set_state(state["shuffle_rng"])
             result.val_loss, result.val_error = list(state["val_loss"]), list(state["val_error"])
             result.epochs_run = int(state["epoch"])
-        for epoch in range(result.epochs_run + 1, epochs + 1):
-            model.train()
-            order = torch.randperm(n_train, generator=shuffle_gen)
-            for begin in range(0, n_train, bs):
-                idx = order[begin : begin + bs]
-                logits = model(x_train[idx])
-                loss = nn.functional.cross_entropy(logits, y_train[idx])
-                penalty = sum(l1 * w.abs().sum() + l2 * w.pow(2).sum() for w in penalised)
-                optimiser.zero_grad(set_to_none=True)
-                (loss + penalty).backward()
-                optimiser.step()
-            model.eval()
-            with torch.inference_mode():
-                val_logits = model(data.x_val)
-                val_loss = float(nn.functional.cross_entropy(val_logits, data.y_val))
-                val_error = float((val_logits.argmax(dim=1) != data.y_val).double().mean())
-            result.val_loss.append(val_loss)
-            result.val_error.append(val_error)
-            result.epochs_run = epoch
-            if checkpoint_dir is not None:
-                save_checkpoint(checkpoint_dir, {
-                    **identity, "epoch": epoch, "model": model.state_dict(),
-                    "optimiser": optimiser.state_dict(), "torch_rng": torch.get_rng_state(),
-                    "shuffle_rng": shuffle_gen.get_state(), "val_loss": result.val_loss,
-                    "val_error": result.val_error})
-            if callback is not None and callback(epoch, val_loss, val_error):
-                result.stopped_early = epoch < epochs
-                break
-    result.seconds = time.perf_counter() - start
+
+        def save(epoch: int) -> None:
+            save_checkpoint(checkpoint_dir, {
+                **identity, "epoch": epoch, "model": model.state_dict(),
+                "optimiser": optimiser.state_dict(), "torch_rng": torch.get_rng_state(),
+                "shuffle_rng": shuffle_gen.get_state(), "val_loss": result.val_loss,
+                "val_error": result.val_error})
+
+        record_epochs(result, epochs, run_epoch, callback,
+                      after_epoch=None if checkpoint_dir is None else save)
     return result
