@@ -27,16 +27,14 @@ them. Any validation example whose logits are non-finite counts as misclassified
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import nn
 
 from gpar_bo.problems.curves_io import EpochCallback, TrainResult
 from gpar_bo.problems.funnel_mlp.data import TabularData
+from gpar_bo.problems.hyperparameters import Hyperparameters
 from gpar_bo.problems.training import minibatch_epoch, record_epochs, seeded_run
 
 __all__ = [
@@ -84,7 +82,7 @@ HPARAM_NAMES: tuple[str, ...] = tuple(SEARCH_SPACE)
 
 
 @dataclass(frozen=True)
-class FunnelHyperparameters:
+class FunnelHyperparameters(Hyperparameters):
     """The seven LCBench hyperparameters (raw values, not logs).
 
     Attributes:
@@ -106,42 +104,18 @@ class FunnelHyperparameters:
     max_dropout: float
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
-                raise ValueError(f"hyperparameter {f.name} must be a number, got {value!r}")
-            value = float(value)
-            if not math.isfinite(value):
-                raise ValueError(f"hyperparameter {f.name} must be finite, got {value!r}")
-            r = SEARCH_SPACE[f.name]
+        for name, _, value in self._numbers():
+            r = SEARCH_SPACE[name]
             if not r.low * (1 - 1e-9) - 1e-12 <= value <= r.high * (1 + 1e-9) + 1e-12:
                 raise ValueError(
-                    f"hyperparameter {f.name}={value:g} is outside its range [{r.low:g}, {r.high:g}]"
+                    f"hyperparameter {name}={value:g} is outside its range [{r.low:g}, {r.high:g}]"
                 )
             if r.integer:
                 if value != round(value):
-                    raise ValueError(f"hyperparameter {f.name} must be an integer, got {value:g}")
-                object.__setattr__(self, f.name, int(round(value)))
+                    raise ValueError(f"hyperparameter {name} must be an integer, got {value:g}")
+                object.__setattr__(self, name, int(round(value)))
             else:
-                object.__setattr__(self, f.name, value)
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> FunnelHyperparameters:
-        """Build from a name -> value mapping, rejecting unknown or missing names."""
-        unknown = sorted(set(values) - set(HPARAM_NAMES))
-        if unknown:
-            raise ValueError(f"unknown hyperparameter(s) {unknown}; expected {list(HPARAM_NAMES)}")
-        missing = [name for name in HPARAM_NAMES if name not in values]
-        if missing:
-            raise ValueError(f"missing hyperparameter(s) {missing}")
-        return cls(**{name: values[name] for name in HPARAM_NAMES})
-
-    def to_dict(self) -> dict[str, float]:
-        return {name: getattr(self, name) for name in HPARAM_NAMES}
-
-    def to_vector(self) -> list[float]:
-        """The seven raw values as floats in :data:`HPARAM_NAMES` order (a CSV row's)."""
-        return [float(getattr(self, name)) for name in HPARAM_NAMES]
+                object.__setattr__(self, name, value)
 
     def to_unit(self) -> list[float]:
         """The setting in the unit cube of :data:`SEARCH_SPACE` (log where the range is)."""

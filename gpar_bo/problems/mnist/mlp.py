@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from gpar_bo.problems.curves_io import EpochCallback, TrainResult
+from gpar_bo.problems.hyperparameters import Hyperparameters
 from gpar_bo.problems.mnist.data import MNISTData
 from gpar_bo.problems.training import minibatch_epoch, record_epochs, seeded_run
 from gpar_bo.tuning.jobs import load_checkpoint, save_checkpoint
@@ -71,7 +71,7 @@ HPARAM_NAMES: tuple[str, ...] = tuple(GRID)
 
 
 @dataclass(frozen=True)
-class MLPHyperparameters:
+class MLPHyperparameters(Hyperparameters):
     """The paper's six MLP hyperparameters (logs are natural logs).
 
     Values must lie within the bounds of :data:`GRID`; off-grid values inside the bounds
@@ -95,17 +95,10 @@ class MLPHyperparameters:
     log_l2: float
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
-                raise ValueError(f"hyperparameter {f.name} must be a number, got {value!r}")
-            if not math.isfinite(float(value)):
-                raise ValueError(f"hyperparameter {f.name} must be finite, got {value!r}")
-            lo, hi = min(GRID[f.name]), max(GRID[f.name])
-            if not lo - 1e-9 <= float(value) <= hi + 1e-9:
-                raise ValueError(
-                    f"hyperparameter {f.name}={value} is outside its range [{lo}, {hi}]"
-                )
+        for name, given, value in self._numbers():
+            lo, hi = min(GRID[name]), max(GRID[name])
+            if not lo - 1e-9 <= value <= hi + 1e-9:
+                raise ValueError(f"hyperparameter {name}={given} is outside its range [{lo}, {hi}]")
         for name in ("n_hidden_layers", "n_neurons"):
             value = float(getattr(self, name))
             if value != round(value):
@@ -124,33 +117,10 @@ class MLPHyperparameters:
             ValueError: an unknown or missing hyperparameter name, a value out of range,
                 or (with ``require_on_grid``) a value that is not a grid point.
         """
-        unknown = sorted(set(values) - set(HPARAM_NAMES))
-        if unknown:
-            raise ValueError(
-                f"unknown hyperparameter(s) {unknown}; expected {list(HPARAM_NAMES)}"
-            )
-        missing = [name for name in HPARAM_NAMES if name not in values]
-        if missing:
-            raise ValueError(f"missing hyperparameter(s) {missing}")
-        hp = cls(**{name: values[name] for name in HPARAM_NAMES})
+        hp = super().from_dict(values)
         if require_on_grid:
             hp.check_on_grid()
         return hp
-
-    @classmethod
-    def from_vector(cls, x: torch.Tensor | np.ndarray | list[float]) -> MLPHyperparameters:
-        """Build from a length-6 vector in :data:`HPARAM_NAMES` order (a row of ``X``)."""
-        values = [float(v) for v in (x.tolist() if hasattr(x, "tolist") else x)]
-        if len(values) != len(HPARAM_NAMES):
-            raise ValueError(f"expected {len(HPARAM_NAMES)} values, got {len(values)}")
-        return cls(**dict(zip(HPARAM_NAMES, values)))
-
-    def to_dict(self) -> dict[str, float]:
-        return {name: getattr(self, name) for name in HPARAM_NAMES}
-
-    def to_vector(self) -> list[float]:
-        """The six values as floats in :data:`HPARAM_NAMES` order (the sampling scale)."""
-        return [float(getattr(self, name)) for name in HPARAM_NAMES]
 
     def off_grid(self, grid: Mapping[str, tuple[float, ...]] = GRID) -> list[str]:
         """Names of the hyperparameters whose value is not a point of ``grid``."""
