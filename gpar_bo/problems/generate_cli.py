@@ -1,6 +1,6 @@
 """What every ``gpar-bo generate-*-curves`` sub-command shares: options, recorded command, run.
 
-A problem's CLI module registers its sub-command with :func:`add_table_arguments` plus
+A problem's CLI module registers its sub-command with :func:`add_generator_parser` plus
 its own data options, and runs it through :func:`run_generation_command`, which records
 :func:`canonical_command` in the table's provenance note.
 """
@@ -15,9 +15,10 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-__all__ = ["positive_int", "add_table_arguments", "canonical_command", "run_generation_command"]
+__all__ = ["positive_int", "add_generator_parser", "canonical_command", "run_generation_command"]
 
 logger = logging.getLogger(__name__)
+
 
 def positive_int(text: str) -> int:
     """An ``argparse`` type: a whole number >= 1."""
@@ -27,8 +28,22 @@ def positive_int(text: str) -> int:
     return value
 
 
-def add_table_arguments(parser: argparse.ArgumentParser, *, epochs: int) -> None:
-    """Add the options every curve-table generator takes (``--epochs`` defaults to ``epochs``)."""
+def add_generator_parser(
+    subparsers: argparse._SubParsersAction,
+    command: str,
+    *,
+    help: str,
+    description: str,
+    epochs: int,
+    run: Callable[[argparse.Namespace], int],
+) -> argparse.ArgumentParser:
+    """Register a generator sub-command with the options every curve table takes.
+
+    ``--out``, ``--n-settings``, ``--seed``, ``--epochs`` (default ``epochs``),
+    ``--threads``, ``--max-new`` and ``--no-progress``; the problem adds its own data
+    options to the parser this returns. ``run(args)`` runs the command.
+    """
+    parser = subparsers.add_parser(command, help=help, description=description)
     parser.add_argument("--out", type=Path, required=True,
                         help="output CSV (provenance: same stem, .json)")
     parser.add_argument("--n-settings", type=positive_int, required=True,
@@ -40,6 +55,8 @@ def add_table_arguments(parser: argparse.ArgumentParser, *, epochs: int) -> None
     parser.add_argument("--max-new", type=positive_int, default=None,
                         help="stop after this many new settings")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.set_defaults(run=run)
+    return parser
 
 
 def canonical_command(command: str, args: argparse.Namespace, options: Sequence[str]) -> str:

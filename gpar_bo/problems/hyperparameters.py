@@ -71,3 +71,15 @@ class Hyperparameters:
             if not math.isfinite(float(value)):
                 raise ValueError(f"hyperparameter {name} must be finite, got {value!r}")
             yield name, value, float(value)
+
+    def _store(self, name: str, value: float, integer: bool) -> None:
+        """Store a checked value as an ``int`` (which it must be, if ``integer``) or a ``float``.
+
+        Raises:
+            ValueError: ``integer`` and a value with a fractional part.
+        """
+        if integer:
+            if value != round(value):
+                raise ValueError(f"hyperparameter {name} must be an integer, got {value:g}")
+            value = int(round(value))
+        object.__setattr__(self, name, value)

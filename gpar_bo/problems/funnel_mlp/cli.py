@@ -6,7 +6,7 @@ import argparse
 
 from gpar_bo.problems.funnel_mlp.data import DATASETS
 from gpar_bo.problems.generate_cli import (
-    add_table_arguments,
+    add_generator_parser,
     canonical_command,
     positive_int,
     run_generation_command,
@@ -19,8 +19,8 @@ COMMAND = "generate-funnel-curves"
 
 def add_generate_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register the ``generate-funnel-curves`` sub-command on ``subparsers``."""
-    p = subparsers.add_parser(
-        COMMAND,
+    p = add_generator_parser(
+        subparsers, COMMAND, epochs=50, run=run_generate,
         help="train LCBench-style funnel MLPs on a bundled scikit-learn data set and record "
              "their learning curves",
         description=(
@@ -31,13 +31,11 @@ def add_generate_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
             "--n-settings to extend a finished table with the next settings of the same list."
         ),
     )
-    add_table_arguments(p, epochs=50)
     p.add_argument("--dataset", choices=sorted(DATASETS), default="digits",
                    help="scikit-learn bundled data set (default digits)")
     p.add_argument("--split-seed", type=int, default=0, help="train/validation split seed (default 0)")
     p.add_argument("--max-examples", type=positive_int, default=None,
                    help="use a seeded subset of this many examples (smoke runs)")
-    p.set_defaults(run=run_generate)
     return p
 
 

@@ -110,12 +110,7 @@ class FunnelHyperparameters(Hyperparameters):
                 raise ValueError(
                     f"hyperparameter {name}={value:g} is outside its range [{r.low:g}, {r.high:g}]"
                 )
-            if r.integer:
-                if value != round(value):
-                    raise ValueError(f"hyperparameter {name} must be an integer, got {value:g}")
-                object.__setattr__(self, name, int(round(value)))
-            else:
-                object.__setattr__(self, name, value)
+            self._store(name, value, r.integer)
 
     def to_unit(self) -> list[float]:
         """The setting in the unit cube of :data:`SEARCH_SPACE` (log where the range is)."""

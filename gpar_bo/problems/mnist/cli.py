@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from gpar_bo.problems.generate_cli import (
-    add_table_arguments,
+    add_generator_parser,
     canonical_command,
     run_generation_command,
 )
@@ -18,8 +18,8 @@ COMMAND = "generate-mnist-curves"
 
 def add_generate_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register the ``generate-mnist-curves`` sub-command on ``subparsers``."""
-    p = subparsers.add_parser(
-        COMMAND,
+    p = add_generator_parser(
+        subparsers, COMMAND, epochs=21, run=run_generate,
         help="train MNIST MLPs at random grid settings and record their learning curves",
         description=(
             "Sample hyperparameter settings from the grid (seeded, without replacement), "
@@ -27,12 +27,10 @@ def add_generate_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
             "and error to --out. Rerun the same command to resume an interrupted run."
         ),
     )
-    add_table_arguments(p, epochs=21)
     p.add_argument("--data-dir", type=Path, default=None,
                    help="directory of MNIST-format IDX files (default: embedded 5k MNIST)")
     p.add_argument("--layers", type=int, nargs="+", default=[1, 2], choices=[1, 2, 3],
                    help="hidden-layer counts to sample (default 1 2, the authors' grid)")
-    p.set_defaults(run=run_generate)
     return p
 
 

@@ -99,13 +99,7 @@ class MLPHyperparameters(Hyperparameters):
             lo, hi = min(GRID[name]), max(GRID[name])
             if not lo - 1e-9 <= value <= hi + 1e-9:
                 raise ValueError(f"hyperparameter {name}={given} is outside its range [{lo}, {hi}]")
-        for name in ("n_hidden_layers", "n_neurons"):
-            value = float(getattr(self, name))
-            if value != round(value):
-                raise ValueError(f"hyperparameter {name} must be an integer, got {value}")
-            object.__setattr__(self, name, int(round(value)))
-        for name in ("dropout", "log_learning_rate", "log_l1", "log_l2"):
-            object.__setattr__(self, name, float(getattr(self, name)))
+            self._store(name, value, integer=name in ("n_hidden_layers", "n_neurons"))
 
     @classmethod
     def from_dict(
