@@ -38,7 +38,27 @@ _Factors = list[tuple[Features, Tensor, Tensor]]
 _SharedDraw = tuple["_Block", _Factors]
 
 
-class GPARPosterior(Posterior):
+class MomentsPosterior(Posterior):
+    """A posterior whose ``mean`` and ``variance`` are the cached pair ``_moments``.
+
+    Subclasses define ``_moments``: GPAR's moments are Monte Carlo estimates over fixed
+    sample paths, computed once per posterior (see :class:`GPARPosterior`).
+    """
+
+    _moments: tuple[Tensor, Tensor]
+
+    @property
+    def mean(self) -> Tensor:
+        """``batch_shape x q x m`` posterior mean."""
+        return self._moments[0]
+
+    @property
+    def variance(self) -> Tensor:
+        """``batch_shape x q x m`` posterior variance."""
+        return self._moments[1]
+
+
+class GPARPosterior(MomentsPosterior):
     r"""Posterior of a ``GPARModel`` at ``batch x q`` points.
 
     The value fed from output m into later conditionals is the noisy
@@ -387,16 +407,6 @@ class GPARPosterior(Posterior):
         reported, _, _ = self._paths
         samples = sample_map(reported[..., self.output_indices].squeeze(-2))
         return samples.mean(0), samples.var(0)
-
-    @property
-    def mean(self) -> Tensor:
-        """``batch_shape x q x m`` posterior mean (see the class docstring)."""
-        return self._moments[0]
-
-    @property
-    def variance(self) -> Tensor:
-        """``batch_shape x q x m`` posterior variance (see the class docstring)."""
-        return self._moments[1]
 
 
 class _Block:

@@ -25,7 +25,7 @@ from botorch.posteriors import Posterior
 from botorch.posteriors.transformed import TransformedPosterior
 from torch import Tensor
 
-from gpar_bo.posterior import GPARPosterior
+from gpar_bo.posterior import GPARPosterior, MomentsPosterior
 
 
 class TriangularOutcomeTransform(OutcomeTransform):
@@ -40,7 +40,7 @@ class TriangularOutcomeTransform(OutcomeTransform):
     """
 
 
-class MappedGPARPosterior(TransformedPosterior):
+class MappedGPARPosterior(MomentsPosterior, TransformedPosterior):
     """A ``GPARPosterior`` whose samples pass through a map.
 
     Args:
@@ -61,16 +61,6 @@ class MappedGPARPosterior(TransformedPosterior):
     @cached_property
     def _moments(self) -> tuple[Tensor, Tensor]:
         return self._posterior.moments_of(self._sample_transform)
-
-    @property
-    def mean(self) -> Tensor:
-        """``batch_shape x q x num_outputs`` Monte Carlo mean (see the module docstring)."""
-        return self._moments[0]
-
-    @property
-    def variance(self) -> Tensor:
-        """``batch_shape x q x num_outputs`` Monte Carlo variance."""
-        return self._moments[1]
 
 
 def map_samples(

@@ -33,11 +33,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
+from gpar_bo.problems.hyperparameters import Hyperparameters
 from gpar_bo.tuning.lock import DirectoryLock
 
 __all__ = [
@@ -54,6 +55,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+H = TypeVar("H", bound=Hyperparameters)
 
 #: Metric name -> column prefix.
 METRICS = {"error": "val_error", "loss": "val_loss"}
@@ -217,10 +220,10 @@ def _now() -> str:
 
 def generate_curves(
     path: str | Path,
+    settings: Sequence[H],
+    train: Callable[[H, int], TrainResult],
     *,
     hparam_names: Sequence[str],
-    settings: Sequence[Sequence[float]],
-    train: Callable[[int, int], TrainResult],
     epochs: int,
     seed: int,
     provenance: Mapping[str, Any],
@@ -239,11 +242,11 @@ def generate_curves(
 
     Args:
         path: output CSV (created with a header if missing).
-        hparam_names: the hyperparameter columns.
-        settings: the full seeded sample: ``settings[i]`` holds setting ``i``'s values in
-            ``hparam_names`` order, exactly as they are trained (they are written with 10
+        settings: the full seeded sample: ``settings[i]`` is setting ``i``, written as its
+            :meth:`~gpar_bo.problems.hyperparameters.Hyperparameters.to_vector` (10
             significant digits).
-        train: ``train(index, train_seed)`` trains setting ``index`` for ``epochs`` epochs.
+        train: ``train(setting, train_seed)`` trains a setting for ``epochs`` epochs.
+        hparam_names: the hyperparameter columns (the settings' names).
         epochs: epochs per setting (columns ``val_*_1 .. val_*_epochs``).
         seed: the sampling seed; setting ``i`` trains with ``train_seed_for(seed, i)``.
         provenance: the problem's description (key ``description`` first) and settings.
@@ -265,6 +268,7 @@ def generate_curves(
         from tqdm.auto import tqdm
 
         n_settings = len(settings)
+        vectors = [setting.to_vector() for setting in settings]
         d = len(hparam_names)
         columns = curve_columns(hparam_names, epochs)
         done: dict[int, list[float]] = {}
@@ -278,7 +282,7 @@ def generate_curves(
             for index, row in done.items():
                 if index >= n_settings:
                     raise ValueError(f"{path} has setting index {index} >= n_settings={n_settings}")
-                expected = [float(v) for v in settings[index]]
+                expected = vectors[index]
                 if not np.allclose(row[1 : 1 + d], expected, rtol=1e-9, atol=1e-9):
                     raise ValueError(
                         f"{path}: row {index} has hyperparameters {row[1:1 + d]} but seed {seed} "
@@ -327,10 +331,10 @@ def generate_curves(
             with open(path, "a", encoding="utf-8") as handle:
                 for index in todo:
                     train_seed = train_seed_for(seed, index)
-                    result = train(index, train_seed)
+                    result = train(settings[index], train_seed)
                     if result.epochs_run != epochs:
                         raise RuntimeError(f"setting {index} ran {result.epochs_run} of {epochs} epochs")
-                    handle.write(_format_row(index, settings[index], train_seed, result.seconds,
+                    handle.write(_format_row(index, vectors[index], train_seed, result.seconds,
                                              result.val_loss, result.val_error))
                     handle.flush()
                     os.fsync(handle.fileno())
@@ -382,26 +386,3 @@ def load_curves(
     y_cols = [header.index(f"{prefix}_{e}") for e in epochs]
     return torch.from_numpy(table[:, x_cols].copy()), torch.from_numpy(table[:, y_cols].copy())
 
-
-def run_generation_command(generate: Callable[[], int], out: str | Path) -> int:
-    """Run a curve generator as a ``gpar-bo`` sub-command; its exit status.
-
-    ``kill PID`` (SIGTERM) unwinds like Ctrl-C, so the provenance note records the
-    rows written before the stop (``kill -9`` loses only the note's last update); a
-    second process on the same file is refused with one line on stderr (status 2).
-    """
-    import signal
-
-    from gpar_bo.tuning.lock import DirectoryLocked
-
-    def terminate(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, terminate)
-    try:
-        new = generate()
-    except DirectoryLocked as error:
-        print(f"gpar-bo: error: {error}", file=sys.stderr)
-        return 2
-    logger.info("%s: %d new settings written", out, new)
-    return 0

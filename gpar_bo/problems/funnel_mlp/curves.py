@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -92,9 +93,7 @@ def generate_curves(
     seed: int = 0,
     data: TabularData | None = None,
     epochs: int = DEFAULT_EPOCHS,
-    progress: bool = True,
-    command: str | None = None,
-    max_new: int | None = None,
+    **options: Any,
 ) -> int:
     """Train ``n_settings`` sampled settings and append their curves to ``path``, resumably.
 
@@ -106,9 +105,8 @@ def generate_curves(
         seed: sampling seed; setting ``i`` trains with ``train_seed_for(seed, i)``.
         data: the split; ``None`` loads :func:`load_dataset` ``("digits")``.
         epochs: epochs per setting (the cosine schedule anneals over these).
-        progress: show a tqdm progress bar.
-        command: the command line to record in the provenance (default: ``sys.argv``).
-        max_new: stop after this many new settings.
+        options: ``progress``, ``command``, ``max_new`` of
+            :func:`gpar_bo.problems.curves_io.generate_curves`.
 
     Returns:
         The number of settings trained in this call.
@@ -141,17 +139,9 @@ def generate_curves(
         "SGD(momentum, weight_decay), cosine annealing over the epochs stepped per epoch",
     }
     return curves_io.generate_curves(
-        path,
-        hparam_names=HPARAM_NAMES,
-        settings=[hp.to_vector() for hp in settings],
-        train=lambda index, train_seed: train(settings[index], data, epochs=epochs, seed=train_seed),
-        epochs=epochs,
-        seed=seed,
-        provenance=provenance,
-        versions=curves_io.package_versions(**{"scikit-learn": sklearn.__version__}),
-        progress=progress,
-        command=command,
-        max_new=max_new,
+        path, settings, lambda hp, train_seed: train(hp, data, epochs=epochs, seed=train_seed),
+        hparam_names=HPARAM_NAMES, epochs=epochs, seed=seed, provenance=provenance,
+        versions=curves_io.package_versions(**{"scikit-learn": sklearn.__version__}), **options,
     )
 
 

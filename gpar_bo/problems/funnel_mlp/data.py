@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
+
+from gpar_bo.problems.splits import ClassificationSplit, check_split_arguments
 
 __all__ = ["DATASETS", "DEFAULT_VAL_FRACTION", "TabularData", "load_dataset"]
 
@@ -25,38 +26,19 @@ DEFAULT_VAL_FRACTION = 1.0 / 3.0
 
 
 @dataclass(frozen=True)
-class TabularData:
+class TabularData(ClassificationSplit):
     """A standardised train/validation split.
+
+    The features (:class:`~gpar_bo.problems.splits.ClassificationSplit`) are float32,
+    standardised with the training part's statistics.
 
     Attributes:
         name: the data set's key in :data:`DATASETS`.
-        x_train: ``(n_train, d)`` float32 standardised features.
-        y_train: ``(n_train,)`` int64 class labels ``0..n_classes-1``.
-        x_val: ``(n_val, d)`` float32, standardised with the training statistics.
-        y_val: ``(n_val,)`` int64 labels.
         n_classes: number of classes of the whole data set.
-        source: where the data came from and how it was split (for provenance).
     """
 
     name: str
-    x_train: torch.Tensor
-    y_train: torch.Tensor
-    x_val: torch.Tensor
-    y_val: torch.Tensor
     n_classes: int
-    source: str
-
-    @property
-    def n_train(self) -> int:
-        return int(self.x_train.shape[0])
-
-    @property
-    def n_val(self) -> int:
-        return int(self.x_val.shape[0])
-
-    @property
-    def n_features(self) -> int:
-        return int(self.x_train.shape[1])
 
 
 def _stratified_split(y: np.ndarray, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -94,8 +76,7 @@ def load_dataset(
     """
     if name not in DATASETS:
         raise ValueError(f"unknown data set {name!r}; expected one of {sorted(DATASETS)}")
-    if not 0.0 < val_fraction < 1.0:
-        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    check_split_arguments(val_fraction, max_examples)
     import sklearn
     from sklearn import datasets
 
@@ -105,8 +86,6 @@ def load_dataset(
     n_classes = int(y.max()) + 1
     source = f"scikit-learn {sklearn.__version__} datasets.{DATASETS[name]}() ({len(y)} examples)"
     if max_examples is not None:
-        if max_examples < 2:
-            raise ValueError(f"max_examples must be at least 2, got {max_examples}")
         keep = np.sort(np.random.default_rng([split_seed, 1]).permutation(len(y))[:max_examples])
         x, y = x[keep], y[keep]
         source += f", subset of {len(y)}"
@@ -117,13 +96,9 @@ def load_dataset(
     std = x[train_idx].std(axis=0)
     std[std == 0] = 1.0  # constant features (e.g. digits' corner pixels): centre only
     z = ((x - mean) / std).astype(np.float32)
-    return TabularData(
-        name=name,
-        x_train=torch.from_numpy(np.ascontiguousarray(z[train_idx])),
-        y_train=torch.from_numpy(np.ascontiguousarray(y[train_idx])),
-        x_val=torch.from_numpy(np.ascontiguousarray(z[val_idx])),
-        y_val=torch.from_numpy(np.ascontiguousarray(y[val_idx])),
-        n_classes=n_classes,
-        source=source + f"; stratified split_seed={split_seed}, val_fraction={val_fraction:.6g}, "
+    return TabularData.from_indices(
+        z, y, train_idx, val_idx,
+        source + f"; stratified split_seed={split_seed}, val_fraction={val_fraction:.6g}, "
         "standardised with the training mean and std",
+        name=name, n_classes=n_classes,
     )

@@ -27,17 +27,15 @@ them. Any validation example whose logits are non-finite counts as misclassified
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import nn
 
 from gpar_bo.problems.curves_io import EpochCallback, TrainResult
 from gpar_bo.problems.funnel_mlp.data import TabularData
+from gpar_bo.problems.hyperparameters import Hyperparameters
+from gpar_bo.problems.training import minibatch_epoch, record_epochs, seeded_run
 
 __all__ = [
     "HPARAM_NAMES",
@@ -84,7 +82,7 @@ HPARAM_NAMES: tuple[str, ...] = tuple(SEARCH_SPACE)
 
 
 @dataclass(frozen=True)
-class FunnelHyperparameters:
+class FunnelHyperparameters(Hyperparameters):
     """The seven LCBench hyperparameters (raw values, not logs).
 
     Attributes:
@@ -106,42 +104,13 @@ class FunnelHyperparameters:
     max_dropout: float
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
-                raise ValueError(f"hyperparameter {f.name} must be a number, got {value!r}")
-            value = float(value)
-            if not math.isfinite(value):
-                raise ValueError(f"hyperparameter {f.name} must be finite, got {value!r}")
-            r = SEARCH_SPACE[f.name]
+        for name, _, value in self._numbers():
+            r = SEARCH_SPACE[name]
             if not r.low * (1 - 1e-9) - 1e-12 <= value <= r.high * (1 + 1e-9) + 1e-12:
                 raise ValueError(
-                    f"hyperparameter {f.name}={value:g} is outside its range [{r.low:g}, {r.high:g}]"
+                    f"hyperparameter {name}={value:g} is outside its range [{r.low:g}, {r.high:g}]"
                 )
-            if r.integer:
-                if value != round(value):
-                    raise ValueError(f"hyperparameter {f.name} must be an integer, got {value:g}")
-                object.__setattr__(self, f.name, int(round(value)))
-            else:
-                object.__setattr__(self, f.name, value)
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> FunnelHyperparameters:
-        """Build from a name -> value mapping, rejecting unknown or missing names."""
-        unknown = sorted(set(values) - set(HPARAM_NAMES))
-        if unknown:
-            raise ValueError(f"unknown hyperparameter(s) {unknown}; expected {list(HPARAM_NAMES)}")
-        missing = [name for name in HPARAM_NAMES if name not in values]
-        if missing:
-            raise ValueError(f"missing hyperparameter(s) {missing}")
-        return cls(**{name: values[name] for name in HPARAM_NAMES})
-
-    def to_dict(self) -> dict[str, float]:
-        return {name: getattr(self, name) for name in HPARAM_NAMES}
-
-    def to_vector(self) -> list[float]:
-        """The seven raw values as floats in :data:`HPARAM_NAMES` order (a CSV row's)."""
-        return [float(getattr(self, name)) for name in HPARAM_NAMES]
+            self._store(name, value, r.integer)
 
     def to_unit(self) -> list[float]:
         """The setting in the unit cube of :data:`SEARCH_SPACE` (log where the range is)."""
@@ -209,39 +178,27 @@ def train(
     """
     if epochs < 1:
         raise ValueError(f"epochs must be at least 1, got {epochs}")
-    result = TrainResult()
-    start = time.perf_counter()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded_run(seed) as (result, shuffle_gen):
         model = build_funnel_mlp(hparams, data.n_features, data.n_classes)
         optimiser = torch.optim.SGD(
             model.parameters(), lr=hparams.learning_rate, momentum=hparams.momentum,
             weight_decay=hparams.weight_decay,
         )
         schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=epochs)
-        shuffle_gen = torch.Generator().manual_seed(seed)
-        x_train, y_train, n_train, bs = data.x_train, data.y_train, data.n_train, hparams.batch_size
         diverged = False
-        for epoch in range(1, epochs + 1):
+        val_loss, val_error = math.inf, 1.0
+
+        def run_epoch(epoch: int) -> tuple[float, float]:
+            nonlocal diverged, val_loss, val_error
             if not diverged:
-                model.train()
-                order = torch.randperm(n_train, generator=shuffle_gen)
-                finite_training = True
-                for begin in range(0, n_train, bs):
-                    idx = order[begin : begin + bs]
-                    loss = nn.functional.cross_entropy(model(x_train[idx]), y_train[idx])
-                    finite_training &= bool(torch.isfinite(loss))
-                    optimiser.zero_grad(set_to_none=True)
-                    loss.backward()
-                    optimiser.step()
+                finite_training = minibatch_epoch(
+                    model, optimiser, data.x_train, data.y_train, hparams.batch_size, shuffle_gen,
+                    nn.functional.cross_entropy,
+                )
                 schedule.step()
                 val_loss, val_error, all_nonfinite = _evaluate(model, data.x_val, data.y_val)
                 diverged = all_nonfinite and not finite_training
-            result.val_loss.append(val_loss)
-            result.val_error.append(val_error)
-            result.epochs_run = epoch
-            if callback is not None and callback(epoch, val_loss, val_error):
-                result.stopped_early = epoch < epochs
-                break
-    result.seconds = time.perf_counter() - start
+            return val_loss, val_error
+
+        record_epochs(result, epochs, run_epoch, callback)
     return result

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -112,9 +113,7 @@ def generate_curves(
     data: MNISTData | None = None,
     epochs: int = 21,
     grid: Mapping[str, Sequence[float]] = PAPER_GRID,
-    progress: bool = True,
-    command: str | None = None,
-    max_new: int | None = None,
+    **options: Any,
 ) -> int:
     """Train ``n_settings`` sampled settings and append their curves to ``path``.
 
@@ -131,9 +130,8 @@ def generate_curves(
         data: the MNIST split; ``None`` loads the embedded default.
         epochs: epochs per setting (columns ``val_*_1 .. val_*_epochs``).
         grid: the sampling grid (default: the authors' grid, 1-2 hidden layers).
-        progress: show a tqdm progress bar.
-        command: the command line to record in the provenance (default: ``sys.argv``).
-        max_new: stop after this many new settings (for tests and time-boxed runs).
+        options: ``progress``, ``command``, ``max_new`` of
+            :func:`gpar_bo.problems.curves_io.generate_curves`.
 
     Returns:
         The number of settings trained in this call.
@@ -154,17 +152,9 @@ def generate_curves(
         "optimiser": "Adam(betas=(0.9, 0.999), eps=1e-8), cross-entropy + L1/L2 on hidden weights",
     }
     return curves_io.generate_curves(
-        path,
-        hparam_names=HPARAM_NAMES,
-        settings=[hp.to_vector() for hp in settings],
-        train=lambda index, train_seed: train_mlp(settings[index], data, epochs=epochs, seed=train_seed),
-        epochs=epochs,
-        seed=seed,
-        provenance=provenance,
-        versions=curves_io.package_versions(mlxtend=mlxtend.__version__),
-        progress=progress,
-        command=command,
-        max_new=max_new,
+        path, settings, lambda hp, train_seed: train_mlp(hp, data, epochs=epochs, seed=train_seed),
+        hparam_names=HPARAM_NAMES, epochs=epochs, seed=seed, provenance=provenance,
+        versions=curves_io.package_versions(mlxtend=mlxtend.__version__), **options,
     )
 
 

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
+
+from gpar_bo.problems.splits import ClassificationSplit, check_split_arguments
 
 __all__ = ["MNISTData", "load_mnist", "read_idx", "write_idx", "IDX_TRAIN_FILES"]
 
@@ -41,35 +42,12 @@ _IDX_UBYTE = 0x08
 
 
 @dataclass(frozen=True)
-class MNISTData:
+class MNISTData(ClassificationSplit):
     """A train/validation split of an MNIST-like data set.
 
-    Attributes:
-        x_train: ``(n_train, 784)`` float32 pixel intensities in ``[0, 1]``.
-        y_train: ``(n_train,)`` int64 class labels in ``0..9``.
-        x_val: ``(n_val, 784)`` float32 pixel intensities in ``[0, 1]``.
-        y_val: ``(n_val,)`` int64 class labels in ``0..9``.
-        source: human-readable description of where the digits came from (recorded in
-            the provenance of generated data).
+    The features (:class:`~gpar_bo.problems.splits.ClassificationSplit`) are ``784``
+    float32 pixel intensities in ``[0, 1]``; the labels are in ``0..9``.
     """
-
-    x_train: torch.Tensor
-    y_train: torch.Tensor
-    x_val: torch.Tensor
-    y_val: torch.Tensor
-    source: str
-
-    @property
-    def n_train(self) -> int:
-        return int(self.x_train.shape[0])
-
-    @property
-    def n_val(self) -> int:
-        return int(self.x_val.shape[0])
-
-    @property
-    def n_features(self) -> int:
-        return int(self.x_train.shape[1])
 
     @property
     def n_classes(self) -> int:
@@ -216,8 +194,7 @@ def load_mnist(
         ValueError: missing or not-a-directory ``directory``, missing IDX files, a
             malformed IDX file, or an invalid ``val_fraction``/``max_examples``.
     """
-    if not 0.0 < val_fraction < 1.0:
-        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    check_split_arguments(val_fraction, max_examples)
     if directory is None:
         images, labels, source = _load_embedded()
     else:
@@ -226,8 +203,6 @@ def load_mnist(
     # A dedicated generator: the split never depends on (or disturbs) global RNG state.
     perm = np.random.default_rng(split_seed).permutation(n)
     if max_examples is not None:
-        if max_examples < 2:
-            raise ValueError(f"max_examples must be at least 2, got {max_examples}")
         perm = perm[:max_examples]
     n_val = int(round(len(perm) * val_fraction))
     if n_val < 1 or n_val >= len(perm):
@@ -235,11 +210,7 @@ def load_mnist(
             f"val_fraction={val_fraction} leaves no training or no validation examples "
             f"out of {len(perm)}"
         )
-    val_idx, train_idx = perm[:n_val], perm[n_val:]
-    return MNISTData(
-        x_train=torch.from_numpy(np.ascontiguousarray(images[train_idx])),
-        y_train=torch.from_numpy(np.ascontiguousarray(labels[train_idx])),
-        x_val=torch.from_numpy(np.ascontiguousarray(images[val_idx])),
-        y_val=torch.from_numpy(np.ascontiguousarray(labels[val_idx])),
-        source=source + f"; split_seed={split_seed}, val_fraction={val_fraction:.6g}",
+    return MNISTData.from_indices(
+        images, labels, perm[n_val:], perm[:n_val],
+        source + f"; split_seed={split_seed}, val_fraction={val_fraction:.6g}",
     )

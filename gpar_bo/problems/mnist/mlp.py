@@ -14,18 +14,18 @@ training examples in batches of 4,000).
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from gpar_bo.problems.curves_io import EpochCallback, TrainResult
+from gpar_bo.problems.hyperparameters import Hyperparameters
 from gpar_bo.problems.mnist.data import MNISTData
+from gpar_bo.problems.training import minibatch_epoch, record_epochs, seeded_run
 from gpar_bo.tuning.jobs import load_checkpoint, save_checkpoint
 
 __all__ = [
@@ -71,7 +71,7 @@ HPARAM_NAMES: tuple[str, ...] = tuple(GRID)
 
 
 @dataclass(frozen=True)
-class MLPHyperparameters:
+class MLPHyperparameters(Hyperparameters):
     """The paper's six MLP hyperparameters (logs are natural logs).
 
     Values must lie within the bounds of :data:`GRID`; off-grid values inside the bounds
@@ -95,24 +95,11 @@ class MLPHyperparameters:
     log_l2: float
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
-                raise ValueError(f"hyperparameter {f.name} must be a number, got {value!r}")
-            if not math.isfinite(float(value)):
-                raise ValueError(f"hyperparameter {f.name} must be finite, got {value!r}")
-            lo, hi = min(GRID[f.name]), max(GRID[f.name])
-            if not lo - 1e-9 <= float(value) <= hi + 1e-9:
-                raise ValueError(
-                    f"hyperparameter {f.name}={value} is outside its range [{lo}, {hi}]"
-                )
-        for name in ("n_hidden_layers", "n_neurons"):
-            value = float(getattr(self, name))
-            if value != round(value):
-                raise ValueError(f"hyperparameter {name} must be an integer, got {value}")
-            object.__setattr__(self, name, int(round(value)))
-        for name in ("dropout", "log_learning_rate", "log_l1", "log_l2"):
-            object.__setattr__(self, name, float(getattr(self, name)))
+        for name, given, value in self._numbers():
+            lo, hi = min(GRID[name]), max(GRID[name])
+            if not lo - 1e-9 <= value <= hi + 1e-9:
+                raise ValueError(f"hyperparameter {name}={given} is outside its range [{lo}, {hi}]")
+            self._store(name, value, integer=name in ("n_hidden_layers", "n_neurons"))
 
     @classmethod
     def from_dict(
@@ -124,33 +111,10 @@ class MLPHyperparameters:
             ValueError: an unknown or missing hyperparameter name, a value out of range,
                 or (with ``require_on_grid``) a value that is not a grid point.
         """
-        unknown = sorted(set(values) - set(HPARAM_NAMES))
-        if unknown:
-            raise ValueError(
-                f"unknown hyperparameter(s) {unknown}; expected {list(HPARAM_NAMES)}"
-            )
-        missing = [name for name in HPARAM_NAMES if name not in values]
-        if missing:
-            raise ValueError(f"missing hyperparameter(s) {missing}")
-        hp = cls(**{name: values[name] for name in HPARAM_NAMES})
+        hp = super().from_dict(values)
         if require_on_grid:
             hp.check_on_grid()
         return hp
-
-    @classmethod
-    def from_vector(cls, x: torch.Tensor | np.ndarray | list[float]) -> MLPHyperparameters:
-        """Build from a length-6 vector in :data:`HPARAM_NAMES` order (a row of ``X``)."""
-        values = [float(v) for v in (x.tolist() if hasattr(x, "tolist") else x)]
-        if len(values) != len(HPARAM_NAMES):
-            raise ValueError(f"expected {len(HPARAM_NAMES)} values, got {len(values)}")
-        return cls(**dict(zip(HPARAM_NAMES, values)))
-
-    def to_dict(self) -> dict[str, float]:
-        return {name: getattr(self, name) for name in HPARAM_NAMES}
-
-    def to_vector(self) -> list[float]:
-        """The six values as floats in :data:`HPARAM_NAMES` order (the sampling scale)."""
-        return [float(getattr(self, name)) for name in HPARAM_NAMES]
 
     def off_grid(self, grid: Mapping[str, tuple[float, ...]] = GRID) -> list[str]:
         """Names of the hyperparameters whose value is not a point of ``grid``."""
@@ -265,21 +229,27 @@ def train_mlp(
     bs = batch_size_for(data.n_train) if batch_size is None else int(batch_size)
     if bs < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
-    result = TrainResult()
-    start = time.perf_counter()
-    # fork_rng: seed everything the run draws (init and dropout use the global RNG)
-    # without leaking into, or depending on, the caller's RNG state.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded_run(seed) as (result, shuffle_gen):
         model = build_mlp(hparams, data.n_features, data.n_classes)
         optimiser = torch.optim.Adam(
             model.parameters(), lr=hparams.learning_rate, betas=(0.9, 0.999), eps=1e-8
         )
         penalised = _penalised_weights(model)
         l1, l2 = hparams.l1, hparams.l2
-        shuffle_gen = torch.Generator().manual_seed(seed)
-        x_train, y_train = data.x_train, data.y_train
-        n_train = data.n_train
+
+        def objective(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+            loss = nn.functional.cross_entropy(logits, labels)
+            return loss + sum(l1 * w.abs().sum() + l2 * w.pow(2).sum() for w in penalised)
+
+        def run_epoch(epoch: int) -> tuple[float, float]:
+            minibatch_epoch(model, optimiser, data.x_train, data.y_train, bs, shuffle_gen, objective)
+            model.eval()
+            with torch.inference_mode():
+                val_logits = model(data.x_val)
+                val_loss = float(nn.functional.cross_entropy(val_logits, data.y_val))
+                val_error = float((val_logits.argmax(dim=1) != data.y_val).double().mean())
+            return val_loss, val_error
+
         identity = {"hparams": hparams.to_dict(), "seed": seed, "batch_size": bs}
         state = load_checkpoint(checkpoint_dir)
         if state is not None:
@@ -293,33 +263,14 @@ def train_mlp(
             shuffle_gen.set_state(state["shuffle_rng"])
             result.val_loss, result.val_error = list(state["val_loss"]), list(state["val_error"])
             result.epochs_run = int(state["epoch"])
-        for epoch in range(result.epochs_run + 1, epochs + 1):
-            model.train()
-            order = torch.randperm(n_train, generator=shuffle_gen)
-            for begin in range(0, n_train, bs):
-                idx = order[begin : begin + bs]
-                logits = model(x_train[idx])
-                loss = nn.functional.cross_entropy(logits, y_train[idx])
-                penalty = sum(l1 * w.abs().sum() + l2 * w.pow(2).sum() for w in penalised)
-                optimiser.zero_grad(set_to_none=True)
-                (loss + penalty).backward()
-                optimiser.step()
-            model.eval()
-            with torch.inference_mode():
-                val_logits = model(data.x_val)
-                val_loss = float(nn.functional.cross_entropy(val_logits, data.y_val))
-                val_error = float((val_logits.argmax(dim=1) != data.y_val).double().mean())
-            result.val_loss.append(val_loss)
-            result.val_error.append(val_error)
-            result.epochs_run = epoch
-            if checkpoint_dir is not None:
-                save_checkpoint(checkpoint_dir, {
-                    **identity, "epoch": epoch, "model": model.state_dict(),
-                    "optimiser": optimiser.state_dict(), "torch_rng": torch.get_rng_state(),
-                    "shuffle_rng": shuffle_gen.get_state(), "val_loss": result.val_loss,
-                    "val_error": result.val_error})
-            if callback is not None and callback(epoch, val_loss, val_error):
-                result.stopped_early = epoch < epochs
-                break
-    result.seconds = time.perf_counter() - start
+
+        def save(epoch: int) -> None:
+            save_checkpoint(checkpoint_dir, {
+                **identity, "epoch": epoch, "model": model.state_dict(),
+                "optimiser": optimiser.state_dict(), "torch_rng": torch.get_rng_state(),
+                "shuffle_rng": shuffle_gen.get_state(), "val_loss": result.val_loss,
+                "val_error": result.val_error})
+
+        record_epochs(result, epochs, run_epoch, callback,
+                      after_epoch=None if checkpoint_dir is None else save)
     return result

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -133,8 +134,8 @@ def test_cosine_schedule_depends_on_the_run_length(small_data: TabularData) -> N
 
 
 def test_diverged_run_is_recorded_as_error_one(small_data: TabularData) -> None:
-    huge = TabularData("huge", small_data.x_train * 1e30, small_data.y_train, small_data.x_val * 1e30,
-                       small_data.y_val, small_data.n_classes, "scaled")
+    huge = dataclasses.replace(small_data, name="huge", x_train=small_data.x_train * 1e30,
+                               x_val=small_data.x_val * 1e30, source="scaled")
     hp = FunnelHyperparameters(**{**SMALL.to_dict(), "learning_rate": 0.1, "momentum": 0.99})
     result = train(hp, huge, epochs=4, seed=0)
     assert result.epochs_run == 4
