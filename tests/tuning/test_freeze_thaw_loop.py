@@ -178,23 +178,23 @@ def test_a_crash_loses_no_trial_and_paused_runs_stay_resumable(
 def test_paused_runs_outlive_the_budget_and_a_larger_budget_resumes_them(
     tmp_path: Path,
 ) -> None:
-    first, runner = _run(tmp_path, 14)
+    first, runner = _run(tmp_path, 12)
     experiment, _ = load_snapshot(tmp_path / "snapshot.json")
     paused = {i for i, t in experiment.trials.items() if t.status == TrialStatus.RUNNING}
     assert paused, "the budget should end with paused runs"
     assert all(_last_status(tmp_path, i) == "paused" for i in paused)
     assert not any(e[0] == "stop" for e in runner.events)
     assert {t["index"] for t in first["trials"] if t["paused"]} == paused
-    assert runner.epochs_trained == first["epochs_trained"] <= 14
+    assert runner.epochs_trained == first["epochs_trained"] <= 12
     steps = {i: len(experiment.lookup_data(trial_indices=[i]).full_df) for i in paused}
 
     # The same budget: nothing to do, the same report.
-    again, runner = _run(tmp_path, 14)
+    again, runner = _run(tmp_path, 12)
     assert runner.events == [] and again == first
 
     # A larger budget: the policy sees the paused runs and resumes some of them, each
     # at the epoch after the one it paused at.
-    more, runner = _run(tmp_path, 26)
+    more, runner = _run(tmp_path, 20)
     resumed: dict[int, int] = {}
     for event, index, step in runner.events:
         if event == "resume" and index in paused:
@@ -202,7 +202,7 @@ def test_paused_runs_outlive_the_budget_and_a_larger_budget_resumes_them(
     assert resumed and all(step == steps[i] for i, step in resumed.items())
     for trial in more["trials"]:  # every epoch once, in order
         assert trial["steps"] == list(range(1, len(trial["steps"]) + 1))
-    assert more["epochs_trained"] == first["epochs_trained"] + runner.epochs_trained <= 26
+    assert more["epochs_trained"] == first["epochs_trained"] + runner.epochs_trained <= 20
 
 
 def test_a_failed_fit_falls_back_to_successive_halving(
