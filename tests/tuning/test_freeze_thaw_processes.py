@@ -1,5 +1,6 @@
 """Freeze-thaw on real job processes (``CurveRunner``, the resumable toy job):
-pauses and resumptions happen, the budget holds, and ``kill -9`` loses nothing."""
+pauses and resumptions happen, the budget holds, ``kill -9`` loses nothing, paused
+runs outlive the budget, and the same holds on a dask cluster."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
+from ax.core.base_trial import BaseTrial
 from ax.core.trial_status import TrialStatus
 
 from gpar_bo.problems.toy import toy_problem, train_toy_curves
-from gpar_bo.tuning.jobs import load_checkpoint, read_job
+from gpar_bo.tuning.jobs import JobRecord, load_checkpoint, read_job
 from gpar_bo.tuning.loop import tune
 from gpar_bo.tuning.snapshot import load_snapshot
 
@@ -96,7 +98,7 @@ def test_kill_9_then_rerun_resumes_paused_and_interrupted_runs_within_the_budget
 
 
 
-def _toy_curve(trial: object, epochs: int = EPOCHS) -> list[float]:
+def _toy_curve(trial: BaseTrial, epochs: int = EPOCHS) -> list[float]:
     """The toy job's curve for ``trial``, from one uninterrupted run of the job."""
     values: list[float] = []
     train_toy_curves(trial.arms[0].parameters,
@@ -105,7 +107,7 @@ def _toy_curve(trial: object, epochs: int = EPOCHS) -> list[float]:
     return values
 
 
-def _check_curves(out: Path, budget: int, report: dict) -> dict[int, object]:
+def _check_curves(out: Path, budget: int, report: dict) -> dict[int, JobRecord]:
     """Every trial's file holds epochs 1..k once each with the job's uninterrupted
     values, and the epochs trained are the report's and within ``budget``."""
     experiment, _ = load_snapshot(out / "snapshot.json")
