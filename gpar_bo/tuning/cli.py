@@ -138,6 +138,8 @@ def run_tune(args: argparse.Namespace) -> int:
     summary = {
         "trials": len(report["trials"]),
         "early_stopped": sum(t["stopped"] for t in report["trials"]),
+        # Paused runs outlive the budget: a rerun with a larger --budget may resume them.
+        "paused": sum(t["paused"] for t in report["trials"]),
         "epochs_trained": report["epochs_trained"],
         "epochs_saved": report["epochs_saved"],
         "best": None if best is None else {

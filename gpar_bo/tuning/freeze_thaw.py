@@ -23,8 +23,13 @@ past its checkpoint.
 **The budget** is never exceeded: before a decision is carried out, the epochs
 trained plus those committed (each training job to its next checkpoint) plus the
 decision's own (to the chosen run's next checkpoint) must fit. When a decision
-does not fit, the loop ends: no new decisions, awaiting jobs are stopped, and
-once no job trains, the paused trials are stopped (EARLY_STOPPED).
+does not fit (or not even the cheapest decision could: the policy is then not
+asked), the loop ends: no new decisions, and awaiting jobs are paused, at once or when
+they next report; once no job trains, the run is over. **Paused runs outlive the
+budget**: their trials stay RUNNING in Ax, their progress files end ``paused`` and
+their checkpoints stay in ``runs/``. Rerunning with the same budget ends at once with
+the same report; rerunning with a larger budget resumes the experiment, and the
+policy sees the paused runs as paused and may resume them from their checkpoints.
 
 **In Ax** a paused trial stays RUNNING (it is not finished; its checkpoint is in
 ``runs/``), so JSON and SQLite storage need nothing new. A trial the policy
@@ -37,10 +42,11 @@ report (their checkpoint holds it; jobs that never reported are started again),
 and the policy is rebuilt from the experiment (its model is refitted on the
 curves; its random stream is reseeded from the seed and the epochs trained).
 
-**Limits.** A run that ends by budget stops its paused trials (EARLY_STOPPED, and
-``stopped`` in their progress files): a later run with a larger budget does not resume
-them. The metric must be positive and minimised (e.g. an error; the policy models its
-log). Parameter constraints are not supported.
+**Limits.** A run that ended by its budget leaves its paused trials RUNNING in the
+snapshot: code that reads the experiment expecting only finished trials sees them as
+running (the report marks them ``paused``); their checkpoints are kept until the
+output directory is removed. The metric must be positive and minimised (e.g. an error;
+the policy models its log). Parameter constraints are not supported.
 """
 
 from __future__ import annotations
@@ -84,6 +90,8 @@ _SEEN = (TrialStatus.RUNNING, TrialStatus.COMPLETED, TrialStatus.EARLY_STOPPED,
 #: Failed trials tolerated before the failure rate is checked (as the Orchestrator's).
 _MIN_FAILED = 5
 _MAX_FAILURE_RATE = 0.5
+#: The reason given to the jobs paused when the budget ends.
+_BUDGET_SPENT = "the epoch budget is spent"
 
 
 @dataclass
@@ -249,6 +257,16 @@ class FreezeThawLoop:
             self._next_epochs(int(observed[rows[t]])) for t in indices
             if t in rows and t not in paused and t not in awaiting
             and int(observed[rows[t]]) < len(self.checkpoints))
+        # The cheapest decision (a start, or a resumption of a paused or awaiting run to
+        # its next checkpoint): if even it does not fit, no decision can, and the
+        # policy (a GP fit) is not asked; a rerun with the same budget ends at once.
+        cheapest = min([self._next_epochs(0)] + [
+            self._next_epochs(int(k)) for k, held in zip(observed.tolist(), mask.tolist())
+            if held and k < M])
+        if committed + cheapest > self.budget:
+            plan.pause = sorted(awaiting)
+            plan.out_of_budget = True
+            return plan
         new_trials = len(self.experiment.trials)
         for _ in range(slots):
             decision = self.policy.decide(X, Y, mask, bounds=self.encoding.bounds(X.dtype))
@@ -289,11 +307,9 @@ class FreezeThawLoop:
         running = {t.index: t for t in self._running()}
         for verdict, trials in (("pause", plan.pause), ("continue", plan.cont)):
             for index in trials:
-                if verdict == "pause" and self.ending:
-                    verdict = "stop"
                 try:
-                    self.runner.verdict(running[index], verdict,
-                                        "budget spent" if verdict == "stop" else None)
+                    reason = _BUDGET_SPENT if self.ending and verdict == "pause" else None
+                    self.runner.verdict(running[index], verdict, reason)
                 except (ValueError, RuntimeError) as error:
                     raise TuneError(
                         f"Trial {index} cannot be paused: {error} Freeze-thaw needs a "
@@ -330,22 +346,13 @@ class FreezeThawLoop:
                 self.runner.resume(self.experiment.trials[index])
 
     def end(self) -> bool:
-        """With the budget spent and no job training or awaiting: mark the paused
-        trials EARLY_STOPPED; True when done."""
+        """With the budget spent: True once no job trains or awaits a verdict.
+
+        Paused trials stay paused (RUNNING in Ax, ``paused`` in their progress files,
+        their checkpoints kept): a later run with a larger budget may resume them.
+        """
         running = self._running()
-        if not running:
-            return True
-        paused = set(self.runner.paused(running))
-        if len(paused) < len(running):
-            return False
-        sync_trial_data(self.experiment, running)
-        for trial in running:
-            # Its progress file says stopped too, so that a rebuild from ``runs/``
-            # (``--recover``) agrees with the snapshot.
-            self.runner.verdict(trial, "stop", "paused when the epoch budget was spent")
-            trial.mark_early_stopped(reason="paused when the epoch budget was spent",
-                                     unsafe=True)
-        return True
+        return len(self.runner.paused(running)) == len(running)
 
     def step(self) -> bool:
         """One poll: settle, decide, carry out. True when the run is over."""
@@ -357,7 +364,7 @@ class FreezeThawLoop:
         if plan.out_of_budget and not self.ending:
             self.ending = True
             logger.info("Freeze-thaw: the next decision does not fit the budget of %d "
-                        "epochs; ending.", self.budget)
+                        "epochs; ending (paused runs stay paused).", self.budget)
         self.carry_out(plan)
         return self.ending and self.end()
 

@@ -21,6 +21,7 @@ from gpar_bo.freeze_thaw import Decision, FreezeThawPolicy
 from gpar_bo.problems.toy import toy_problem
 from gpar_bo.tuning.errors import TuneSettingsError
 from gpar_bo.tuning.freeze_thaw import FreezeThawLoop
+from gpar_bo.tuning.jobs import read_job
 from gpar_bo.tuning.loop import tune
 from gpar_bo.tuning.session import new_experiment
 from gpar_bo.tuning.snapshot import load_snapshot
@@ -47,6 +48,11 @@ def _run(out: Path, budget: int, seed: int = 0, **kwargs) -> tuple[dict, FakeRun
     runner = _runner(out, **kwargs)
     report = tune(toy_problem(EPOCHS), out, budget, runner=runner, seed=seed, **RUN)
     return report, runner
+
+
+def _last_status(out: Path, index: int) -> str | None:
+    """The status of trial ``index``'s latest job run, from its progress file."""
+    return (read_job(out / "runs" / f"trial_{index}.jsonl").status or {}).get("status")
 
 
 class ScriptedPolicy:
@@ -103,10 +109,12 @@ def test_a_run_keeps_to_the_budget_and_is_reproducible(tmp_path: Path) -> None:
     assert runner.epochs_trained == report["epochs_trained"] == budget
     experiment, strategy = load_snapshot(tmp_path / "a" / "snapshot.json")
     assert strategy is None
-    # Nothing is left running; paused runs end EARLY_STOPPED, with their epochs.
+    # No job trains; runs the budget left unfinished stay paused (RUNNING in Ax).
     statuses = {t.status for t in experiment.trials.values()}
-    assert statuses <= {TrialStatus.COMPLETED, TrialStatus.EARLY_STOPPED}
+    assert statuses <= {TrialStatus.COMPLETED, TrialStatus.RUNNING}
     assert TrialStatus.COMPLETED in statuses
+    running = [t for t in experiment.trials.values() if t.status == TrialStatus.RUNNING]
+    assert all(_last_status(tmp_path / "a", t.index) == "paused" for t in running)
     assert report["best"] is not None
 
     again, runner_again = _run(tmp_path / "b", budget)
@@ -156,7 +164,7 @@ def test_a_crash_loses_no_trial_and_paused_runs_stay_resumable(
         assert (tmp_path / "runs" / name).read_text().startswith(text)
     for index in paused | died:  # resumed after the crash, or paused to the end; never failed
         resumed = any(e == ("resume", index, e[2]) for e in runner.events)
-        assert resumed or after.trials[index].status == TrialStatus.EARLY_STOPPED
+        assert resumed or _last_status(tmp_path, index) == "paused"
         assert after.trials[index].status != TrialStatus.FAILED
     # The first decision after the crash resumed a run paused before it, from its
     # checkpoint: it trains on from the next epoch.
@@ -165,6 +173,36 @@ def test_a_crash_loses_no_trial_and_paused_runs_stay_resumable(
     assert index in paused and step == len(before.lookup_data(
         trial_indices=[index]).full_df)
     assert report["epochs_trained"] <= budget
+
+
+def test_paused_runs_outlive_the_budget_and_a_larger_budget_resumes_them(
+    tmp_path: Path,
+) -> None:
+    first, runner = _run(tmp_path, 12)
+    experiment, _ = load_snapshot(tmp_path / "snapshot.json")
+    paused = {i for i, t in experiment.trials.items() if t.status == TrialStatus.RUNNING}
+    assert paused, "the budget should end with paused runs"
+    assert all(_last_status(tmp_path, i) == "paused" for i in paused)
+    assert not any(e[0] == "stop" for e in runner.events)
+    assert {t["index"] for t in first["trials"] if t["paused"]} == paused
+    assert runner.epochs_trained == first["epochs_trained"] <= 12
+    steps = {i: len(experiment.lookup_data(trial_indices=[i]).full_df) for i in paused}
+
+    # The same budget: nothing to do, the same report.
+    again, runner = _run(tmp_path, 12)
+    assert runner.events == [] and again == first
+
+    # A larger budget: the policy sees the paused runs and resumes some of them, each
+    # at the epoch after the one it paused at.
+    more, runner = _run(tmp_path, 20)
+    resumed: dict[int, int] = {}
+    for event, index, step in runner.events:
+        if event == "resume" and index in paused:
+            resumed.setdefault(index, step)
+    assert resumed and all(step == steps[i] for i, step in resumed.items())
+    for trial in more["trials"]:  # every epoch once, in order
+        assert trial["steps"] == list(range(1, len(trial["steps"]) + 1))
+    assert more["epochs_trained"] == first["epochs_trained"] + runner.epochs_trained <= 20
 
 
 def test_a_failed_fit_falls_back_to_successive_halving(

@@ -1,5 +1,6 @@
 """Freeze-thaw on real job processes (``CurveRunner``, the resumable toy job):
-pauses and resumptions happen, the budget holds, and ``kill -9`` loses nothing."""
+pauses and resumptions happen, the budget holds, ``kill -9`` loses nothing, paused
+runs outlive the budget, and the same holds on a dask cluster."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
+from ax.core.base_trial import BaseTrial
 from ax.core.trial_status import TrialStatus
 
-from gpar_bo.problems.toy import toy_problem
-from gpar_bo.tuning.jobs import read_job
+from gpar_bo.problems.toy import toy_problem, train_toy_curves
+from gpar_bo.tuning.jobs import JobRecord, load_checkpoint, read_job
 from gpar_bo.tuning.loop import tune
 from gpar_bo.tuning.snapshot import load_snapshot
 
@@ -83,13 +85,86 @@ def test_kill_9_then_rerun_resumes_paused_and_interrupted_runs_within_the_budget
         assert steps == list(range(1, len(steps) + 1)) and len(steps) <= EPOCHS
         assert after.trials[index].status != TrialStatus.FAILED
     for index in interrupted:  # died between checkpoints, came back paused
-        assert jobs[index].runs >= 2 or jobs[index].status["status"] == "stopped"
+        assert jobs[index].runs >= 2 or jobs[index].status["status"] == "paused"
         assert '"reason": "interrupted' in (out / "runs" / f"trial_{index}.jsonl").read_text()
     # Pausing and resuming actually happened, before and after the crash.
     assert any(job.runs >= 2 for job in jobs.values())
     assert sum(len(job.steps) for job in jobs.values()) == report["epochs_trained"] <= BUDGET
-    # The run ended by its budget: every job is over, stopped ones say so in their files.
+    # The run ended by its budget: no job runs; unfinished ones stay paused (RUNNING).
     for index, trial in after.trials.items():
-        assert trial.status in (TrialStatus.COMPLETED, TrialStatus.EARLY_STOPPED)
+        assert trial.status in (TrialStatus.COMPLETED, TrialStatus.RUNNING)
         assert jobs[index].status["status"] == (
-            "completed" if trial.status == TrialStatus.COMPLETED else "stopped")
+            "completed" if trial.status == TrialStatus.COMPLETED else "paused")
+
+
+
+def _toy_curve(trial: BaseTrial, epochs: int = EPOCHS) -> list[float]:
+    """The toy job's curve for ``trial``, from one uninterrupted run of the job."""
+    values: list[float] = []
+    train_toy_curves(trial.arms[0].parameters,
+                     lambda step, v: values.append(v["error"]) or False, trial.index,
+                     epochs=epochs)
+    return values
+
+
+def _check_curves(out: Path, budget: int, report: dict) -> dict[int, JobRecord]:
+    """Every trial's file holds epochs 1..k once each with the job's uninterrupted
+    values, and the epochs trained are the report's and within ``budget``."""
+    experiment, _ = load_snapshot(out / "snapshot.json")
+    jobs = _jobs(out)
+    assert set(jobs) == set(experiment.trials)
+    for index, job in jobs.items():
+        steps = [int(s) for s, _ in job.steps]
+        assert steps == list(range(1, len(steps) + 1))
+        assert [v["error"] for _, v in job.steps] == pytest.approx(
+            _toy_curve(experiment.trials[index])[:len(steps)], rel=1e-12)
+    assert sum(len(job.steps) for job in jobs.values()) == report["epochs_trained"] <= budget
+    return jobs
+
+
+def test_paused_runs_outlive_the_budget_and_resume_from_their_checkpoints(
+    tmp_path: Path,
+) -> None:
+    out, problem = tmp_path / "out", toy_problem(EPOCHS)
+    first = tune(problem, out, 12, **RUN)
+    jobs = _check_curves(out, 12, first)
+    experiment, _ = load_snapshot(out / "snapshot.json")
+    paused = {i for i, t in experiment.trials.items() if t.status == TrialStatus.RUNNING}
+    assert paused, "the budget should end with paused runs"
+    for index in paused:  # paused, with the checkpoint of its last reported epoch
+        assert jobs[index].paused and jobs[index].status["step"] == jobs[index].last_step
+        assert load_checkpoint(out / "runs" / f"trial_{index}") == {
+            "epoch": int(jobs[index].last_step)}
+    assert {t["index"] for t in first["trials"] if t["paused"]} == paused
+    files = {p: p.read_bytes() for p in (out / "runs").rglob("*") if p.is_file()}
+
+    # The same budget: nothing to do; no file changes and the report is the same.
+    assert tune(problem, out, 12, **RUN) == first
+    assert {p: p.read_bytes() for p in (out / "runs").rglob("*") if p.is_file()} == files
+
+    # A larger budget: some paused run is resumed from its checkpoint and goes on at the
+    # next epoch, with the values of a run never paused.
+    more = tune(problem, out, 20, **RUN)
+    after = _check_curves(out, 20, more)
+    resumed = {i for i in paused if after[i].runs > jobs[i].runs}
+    assert resumed, "the policy resumed no paused run"
+    assert all(len(after[i].steps) > len(jobs[i].steps) for i in resumed)
+
+
+def test_dask_workers_pause_and_resume_runs(tmp_path: Path) -> None:
+    """Freeze-thaw on a dask cluster: pausing and resuming lose and repeat no epoch, and
+    the budget holds.
+
+    The cluster's workers are threads of this process (``processes=False``: no worker
+    start-up); the runner's code is that of any scheduler address (a resumed job is a
+    new task, files carry the state). The runner's own process ``LocalCluster`` is
+    tested in ``test_runner.py``.
+    """
+    distributed = pytest.importorskip("distributed")
+    out = tmp_path / "out"
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        report = tune(toy_problem(EPOCHS), out, 12, use_dask=True,
+                      scheduler_address=cluster.scheduler_address, **RUN)
+    jobs = _check_curves(out, 12, report)
+    assert any(job.runs >= 2 for job in jobs.values()), "no run was paused and resumed"

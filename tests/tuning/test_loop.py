@@ -164,6 +164,7 @@ def test_tune_cli_parses_and_runs_a_small_mnist_job(tmp_path: Path, capsys) -> N
     assert summary["best"] is not None and 0.0 <= summary["best"]["val_error"] <= 1.0
     assert summary["trials"] == 3 and summary["epochs_trained"] <= 6
     assert summary["epochs_saved"] == 0  # 2-epoch trials: none stopped
+    assert summary["paused"] == 0  # early stopping lets every started trial finish
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["metric"] == "val_error"
     assert set(report["best"]["parameters"]) == {
