@@ -10,7 +10,6 @@ import os
 import signal
 import sys
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from gpar_bo.tuning.jobs import DEFAULT_VERDICT_TIMEOUT
@@ -154,7 +153,8 @@ def _problem(args: argparse.Namespace) -> TuningProblem:
 
 def run_tune(args: argparse.Namespace) -> int:
     """Run ``gpar-bo tune``: check everything, then tune; bad input and refusals
-    are one line on stderr with exit status 2, never a traceback."""
+    are one line on stderr with exit status 2, never a traceback. A job that raises
+    ends the run: its traceback, then one line, exit status 1."""
     import torch
 
     from gpar_bo.tuning.errors import JobFailed, TuneError, TuneSettingsError
