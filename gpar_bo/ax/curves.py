@@ -18,11 +18,12 @@ import numpy as np
 import torch
 from ax.core.data import MAP_KEY, Data
 from ax.core.experiment import Experiment
-from ax.core.parameter import ChoiceParameter, RangeParameter
+from ax.core.search_space import SearchSpace
 from ax.core.trial_status import TrialStatus
 from torch import Tensor
 
 from gpar_bo.ax.checkpoints import Checkpoints
+from gpar_bo.ax.encoding import UnitCubeEncoding
 
 __all__ = [
     "ExperimentCurves",
@@ -43,10 +44,11 @@ class ExperimentCurves:
         metric_name: The metric the curves are of.
         trial_indices: The n trials, in increasing index order.
         statuses: Their statuses.
-        X: An ``n x d`` tensor of their parameters, mapped to the unit cube.
+        X: An ``n x d`` tensor of their parameters, mapped to the unit cube by Ax's
+            transforms (:class:`~gpar_bo.ax.encoding.UnitCubeEncoding`).
         Y: An ``n x M`` tensor of the metric at each checkpoint, NaN where not
             reported; every row is a prefix.
-        parameter_names: The d parameter names, in column order.
+        parameter_names: The d encoded coordinates' names, in column order.
         checkpoints: The M checkpoints.
     """
 
@@ -123,24 +125,17 @@ def objective_metric(experiment: Experiment, metric_name: str | None = None) -> 
     return name, objective.minimize
 
 
+def _encoding(experiment: Experiment) -> UnitCubeEncoding:
+    # Encoding needs no box to decode into: parameter constraints do not matter here.
+    return UnitCubeEncoding(SearchSpace(parameters=list(
+        experiment.search_space.parameters.values())))
+
+
 def unit_cube(experiment: Experiment, parameters: dict) -> list[float]:
-    """A parameterisation mapped to [0, 1]^d (log scale where the parameter is)."""
-    values = []
-    for name, parameter in experiment.search_space.parameters.items():
-        value = float(parameters[name])
-        if isinstance(parameter, RangeParameter):
-            low, high = float(parameter.lower), float(parameter.upper)
-            if parameter.log_scale:
-                value, low, high = math.log(value), math.log(low), math.log(high)
-        elif isinstance(parameter, ChoiceParameter) and parameter.is_numeric:
-            low, high = min(parameter.values), max(parameter.values)
-        else:
-            raise ValueError(
-                f"Parameter {name!r} is not numeric; GPAR early stopping supports "
-                "range and numeric choice parameters."
-            )
-        values.append((value - low) / (high - low) if high > low else 0.0)
-    return values
+    """A parameterisation mapped to [0, 1]^d by Ax's own transforms
+    (:class:`~gpar_bo.ax.encoding.UnitCubeEncoding`: log scales, integers, choices
+    one-hot; fixed parameters dropped)."""
+    return _encoding(experiment).encode(parameters).tolist()
 
 
 def experiment_curves(
@@ -165,7 +160,8 @@ def experiment_curves(
     data = experiment.lookup_data() if data is None else data
     df = data.full_df
     df = df[df["metric_name"] == metric_name].dropna(subset=["mean"])
-    names = list(experiment.search_space.parameters)
+    encoding = _encoding(experiment)
+    names = encoding.names
     if df.empty:
         empty = torch.zeros(0, len(names), dtype=torch.double)
         return ExperimentCurves(metric_name, [], [], empty,
@@ -199,9 +195,6 @@ def experiment_curves(
             f"of {checkpoints.tolist()}). GPAR needs every checkpoint up to a trial's last; "
             "report the metric at each one."
         )
-    X = torch.tensor(
-        [unit_cube(experiment, experiment.trials[t].arm.parameters) for t in trials],
-        dtype=torch.double,
-    ).reshape(len(trials), len(names))
+    X = torch.stack([encoding.encode(experiment.trials[t].arm.parameters) for t in trials])
     statuses = [experiment.trials[t].status for t in trials]
     return ExperimentCurves(metric_name, trials, statuses, X, Y, names, checkpoints)

@@ -1,15 +1,21 @@
-"""``gpar-bo tune``: tune the MNIST MLP with GPAR freeze-thaw (or Ax + GPAR + early stopping)."""
+"""``gpar-bo tune``: tune a training job (default: the MNIST MLP) with GPAR freeze-thaw
+(or Ax + GPAR + early stopping); ``--job`` and ``--space`` name your own."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpar_bo.tuning.jobs import DEFAULT_VERDICT_TIMEOUT
+
+if TYPE_CHECKING:
+    from gpar_bo.tuning.loop import TuningProblem
 
 __all__ = ["add_tune_parser", "run_tune"]
 
@@ -18,9 +24,12 @@ def add_tune_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
     """Register the ``tune`` sub-command on ``subparsers``."""
     p = subparsers.add_parser(
         "tune",
-        help="tune the MNIST MLP with GPAR freeze-thaw under an epoch budget",
+        help="tune a training job (default: the MNIST MLP) with GPAR freeze-thaw under an "
+             "epoch budget",
         description=(
-            "Tune the MNIST MLP's six hyperparameters under an epoch budget. By default "
+            "Tune a training job under an epoch budget: the MNIST MLP's six "
+            "hyperparameters by default, or your own function with --job MODULE:FUNCTION "
+            "--space SPACE.JSON. By default "
             "(--scheduler freeze-thaw) GPAR's freeze-thaw policy decides at every epoch "
             "which run trains on: it pauses runs, resumes paused ones and starts new "
             "settings. With --scheduler early-stopping, Ax runs Sobol trials, then GPAR, "
@@ -34,9 +43,17 @@ def add_tune_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
     )
     p.add_argument("--out", type=Path, default=Path("gpar-bo-tune"),
                    help="output directory; resumed if it holds a snapshot (default gpar-bo-tune)")
-    p.add_argument("--budget", type=int, default=120,
-                   help="total training epochs over all trials (default 120)")
-    p.add_argument("--epochs", type=int, default=10, help="epochs of a full trial (default 10)")
+    p.add_argument("--job", default=None, metavar="MODULE:FUNCTION",
+                   help="your training function, e.g. mypkg.train:train (with --space; "
+                        "default: the embedded MNIST MLP); see docs/tune.md")
+    p.add_argument("--space", type=Path, default=None, metavar="SPACE.JSON",
+                   help="the search-space file of --job: parameters, metric, epochs, "
+                        "budget (see docs/tune.md)")
+    p.add_argument("--budget", type=int, default=None,
+                   help="total training epochs over all trials (default: the space "
+                        "file's, else 120)")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="MNIST: epochs of a full trial (default 10; --job: the space file's)")
     p.add_argument("--workers", type=int, default=2, help="trials trained in parallel (default 2)")
     p.add_argument("--scheduler", choices=["freeze-thaw", "early-stopping"],
                    default="freeze-thaw",
@@ -51,9 +68,10 @@ def add_tune_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
     p.add_argument("--min-epochs", type=int, default=2,
                    help="early-stopping: epochs before a trial may be stopped (default 2)")
     p.add_argument("--data-dir", type=Path, default=None,
-                   help="directory of MNIST-format IDX files (default: embedded 5k MNIST)")
+                   help="MNIST: directory of MNIST-format IDX files (default: embedded 5k "
+                        "MNIST)")
     p.add_argument("--max-examples", type=int, default=None,
-                   help="use only this many digits (quick smoke runs)")
+                   help="MNIST: use only this many digits (quick smoke runs)")
     p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     p.add_argument("--dask", action="store_true",
                    help="run trials on dask.distributed (a LocalCluster unless "
@@ -91,13 +109,55 @@ FAST_GPAR = {
 }
 
 
+#: The epoch budget when neither --budget nor the space file gives one.
+DEFAULT_BUDGET = 120
+#: Options of the embedded MNIST job, which --job replaces.
+MNIST_OPTIONS = ("epochs", "data_dir", "max_examples")
+
+
+def _problem(args: argparse.Namespace) -> TuningProblem:
+    """The problem the options name: ``--job`` with ``--space``, or the MNIST MLP.
+
+    Raises:
+        TuneSettingsError: One line: a half-given pair, MNIST options with --job, a
+            job that does not import, or a bad space file.
+    """
+    from gpar_bo.tuning.errors import TuneSettingsError
+
+    if (args.job is None) != (args.space is None):
+        given, missing = ("--job", "--space") if args.space is None else ("--space", "--job")
+        raise TuneSettingsError(f"{given} needs {missing} (a job and its search space go "
+                                "together; neither tunes the MNIST MLP).")
+    if args.job is None:
+        from gpar_bo.problems.mnist.job import mnist_problem
+
+        return mnist_problem(
+            epochs=10 if args.epochs is None else args.epochs,
+            data_dir=None if args.data_dir is None else str(args.data_dir.resolve()),
+            seed=args.seed,
+            max_examples=args.max_examples,
+        )
+    mnist_only = [f"--{o.replace('_', '-')}" for o in MNIST_OPTIONS if getattr(args, o) is not None]
+    if mnist_only:
+        raise TuneSettingsError(
+            f"{', '.join(mnist_only)} only apply to the MNIST MLP, not to --job (its space "
+            "file sets the epochs; its train_kwargs, the job's own settings).")
+    from gpar_bo.tuning.space import problem_from_space
+
+    # A job module in the working directory imports, as with `python -m`; spawned
+    # workers inherit this path.
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    return problem_from_space(args.job, args.space)
+
+
 def run_tune(args: argparse.Namespace) -> int:
     """Run ``gpar-bo tune``: check everything, then tune; bad input and refusals
-    are one line on stderr with exit status 2, never a traceback."""
+    are one line on stderr with exit status 2, never a traceback. A job that raises
+    ends the run: its traceback, then one line, exit status 1."""
     import torch
 
-    from gpar_bo.problems.mnist.job import mnist_problem
-    from gpar_bo.tuning.errors import TuneError, TuneSettingsError
+    from gpar_bo.tuning.errors import JobFailed, TuneError, TuneSettingsError
     from gpar_bo.tuning.loop import tune
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -108,16 +168,16 @@ def run_tune(args: argparse.Namespace) -> int:
     if args.dask_scheduler_timeout <= 0:
         args.parser.error(
             f"--dask-scheduler-timeout must be > 0 (got {args.dask_scheduler_timeout})")
-    problem = mnist_problem(
-        epochs=args.epochs,
-        data_dir=None if args.data_dir is None else str(args.data_dir.resolve()),
-        seed=args.seed,
-        max_examples=args.max_examples,
-    )
+    try:
+        problem = _problem(args)
+    except TuneSettingsError as error:
+        args.parser.error(str(error))
     try:
         fast = args.scheduler == "early-stopping" and not args.thorough_gpar
         report = tune(
-            problem, args.out, args.budget, scheduler=args.scheduler, workers=args.workers,
+            problem, args.out, next(b for b in (args.budget, problem.budget, DEFAULT_BUDGET)
+                                  if b is not None),
+            scheduler=args.scheduler, workers=args.workers,
             num_sobol_trials=args.sobol_trials, threshold=args.threshold,
             min_epochs=args.min_epochs, use_dask=args.dask or args.dask_scheduler is not None,
             scheduler_address=args.dask_scheduler, seed=args.seed,
@@ -127,6 +187,10 @@ def run_tune(args: argparse.Namespace) -> int:
         )
     except TuneSettingsError as error:
         args.parser.error(str(error))
+    except JobFailed as error:
+        print(error.traceback, file=sys.stderr)
+        print(f"gpar-bo tune: error: {error}", file=sys.stderr)
+        return 1
     except TuneError as error:
         print(f"gpar-bo tune: error: {error}", file=sys.stderr)
         return 2

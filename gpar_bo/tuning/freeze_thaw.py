@@ -74,7 +74,14 @@ from gpar_bo.tuning.errors import TuneError
 from gpar_bo.tuning.recovery import apply_status, sync_trial_data
 from gpar_bo.tuning.report import write_report
 from gpar_bo.tuning.runner import CurveRunner
-from gpar_bo.tuning.session import Progress, failure_cause, finish_run, open_run
+from gpar_bo.tuning.session import (
+    Progress,
+    failed_trials,
+    failure_cause,
+    finish_run,
+    open_run,
+    raise_job_error,
+)
 from gpar_bo.tuning.snapshot import SNAPSHOT, save_snapshot
 
 if TYPE_CHECKING:
@@ -159,6 +166,8 @@ class FreezeThawLoop:
         # has not yet seen them is not asked twice.
         self._answered: set[tuple[int, int]] = set()
         self._resumed: dict[int, int] = {}
+        # Trials that failed before this run (a job error stops only the run it happens in).
+        self._failed_before = failed_trials(experiment)
 
     # ------------------------------------------------------------------ state
     def _running(self) -> list[BaseTrial]:
@@ -220,6 +229,7 @@ class FreezeThawLoop:
         return not df.empty
 
     def _check_failures(self) -> None:
+        raise_job_error(self.experiment, self.runner, self._failed_before)
         trials = list(self.experiment.trials.values())
         failed = sum(t.status == TrialStatus.FAILED for t in trials)
         if failed >= _MIN_FAILED and failed / len(trials) > _MAX_FAILURE_RATE:

@@ -22,7 +22,8 @@ file alone says what ran. Each run of the job (the first and every resume) appen
 ``{"started": {"pid": ..., "host": ...}}`` and one line per reported step,
 ``{"step": 3, "values": {"val_error": 0.12, ...}}``, then one status line:
 ``{"status": "completed"}``, ``{"status": "stopped", "step": k, "reason": ...}``,
-``{"status": "paused", "step": k}`` or ``{"status": "failed", "error": ...}``. A paused
+``{"status": "paused", "step": k}`` or ``{"status": "failed", "error": ...}`` (with
+``"traceback"`` when the job raised an ``Exception``). A paused
 job's file goes on after its resume: the latest ``started`` line opens a new run.
 
 **Verdicts.** After each report but the final step's, the job waits for the tuner's
@@ -370,8 +371,13 @@ def run_training_job(
     try:
         resolve(train)(dict(parameters), report, trial_index, **call_kwargs)
     except BaseException as error:
-        _append(progress, {"status": "failed", "error": "".join(
-            traceback.format_exception_only(type(error), error)).strip()})
+        record = {"status": "failed", "error": "".join(
+            traceback.format_exception_only(type(error), error)).strip()}
+        if isinstance(error, Exception):  # the job's own error, not an interrupt or exit
+            # From the job's frame on: this function's frame is not the user's concern.
+            record["traceback"] = "".join(traceback.format_exception(
+                type(error), error, error.__traceback__.tb_next)).rstrip()
+        _append(progress, record)
         raise
     if outcome.get("verdict") == "pause":
         _append(progress, {"status": "paused", "step": outcome["step"],

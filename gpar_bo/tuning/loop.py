@@ -78,10 +78,12 @@ from gpar_bo.tuning.runner import CurveRunner
 from gpar_bo.tuning.session import (
     SCHEDULERS,
     Progress,
+    failed_trials,
     failure_cause,
     finish_run,
     make_runner,
     open_run,
+    raise_job_error,
     trained_epochs_by_trial,
 )
 from gpar_bo.tuning.snapshot import SNAPSHOT, save_snapshot
@@ -113,6 +115,7 @@ class TuningProblem:
         check: ``"module:function"`` called as ``check(**train_kwargs)`` in the tuning
             process before anything starts; raises ``ValueError`` (one line) if the
             job could not work, e.g. its data is missing or too small.
+        budget: The default epoch budget of :func:`tune` (e.g. a space file's).
     """
 
     name: str
@@ -123,6 +126,7 @@ class TuningProblem:
     train_kwargs: dict[str, Any] = field(default_factory=dict)
     tracking_metrics: list[str] = field(default_factory=list)
     check: str | None = None
+    budget: int | None = None
 
     @property
     def checkpoints(self) -> Checkpoints:
@@ -187,7 +191,7 @@ class _WriteAheadOrchestrator(VerdictOrchestrator):
 def tune(
     problem: TuningProblem,
     directory: str | Path,
-    budget_epochs: int,
+    budget_epochs: int | None = None,
     *,
     scheduler: str = "freeze-thaw",
     workers: int = 2,
@@ -213,7 +217,7 @@ def tune(
     Args:
         problem: What to tune.
         directory: Output directory (snapshot, progress files, report).
-        budget_epochs: Total training epochs.
+        budget_epochs: Total training epochs (default: ``problem.budget``).
         scheduler: ``"freeze-thaw"`` (GPAR's freeze-thaw policy pauses, resumes and
             starts runs at every checkpoint; the job must be resumable, see
             :mod:`gpar_bo.tuning.freeze_thaw`) or ``"early-stopping"`` (Ax's
@@ -258,8 +262,14 @@ def tune(
         TuneSettingsError: Bad settings or inputs, found before anything starts.
         DirectoryLocked: Another process is using ``directory``.
         SnapshotDamaged: The snapshot cannot be read (and ``recover`` is False).
+        JobFailed: A job raised an exception (the first one ends the run; the
+            exception carries the job's traceback).
         TuneError: Too many trials failed (the message gives their recorded errors).
     """
+    if budget_epochs is None:
+        budget_epochs = problem.budget
+    if budget_epochs is None:
+        raise TuneSettingsError("No epoch budget: pass budget_epochs (the problem has none).")
     check_tune_options(problem, budget_epochs, workers, num_sobol_trials, threshold,
                        min_epochs, max_trials, verdict_timeout, scheduler)
     check_job(problem)
@@ -334,9 +344,11 @@ def _early_stopping(
     remaining = (max_trials - len(experiment.trials)) if max_trials is not None else 10**6
     bar = Progress(problem, budget_epochs, progress)
     last_report = -math.inf
+    failed_before = failed_trials(experiment)  # a job error stops only the run it happens in
     try:
         for _ in orchestrator.run_trials_and_yield_results(max_trials=max(remaining, 0)):
             save_snapshot(snapshot, experiment, strategy)
+            raise_job_error(experiment, runner, failed_before)
             if time.monotonic() - last_report > report_seconds:
                 write_report(experiment, problem.checkpoints, early_stopping, directory)
                 last_report = time.monotonic()

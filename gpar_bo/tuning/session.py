@@ -24,8 +24,8 @@ from ax.core.search_space import SearchSpace
 from ax.core.trial_status import TrialStatus
 from ax.generation_strategy.generation_strategy import GenerationStrategy
 
-from gpar_bo.tuning.errors import TuneSettingsError
-from gpar_bo.tuning.jobs import DEFAULT_VERDICT_TIMEOUT
+from gpar_bo.tuning.errors import JobFailed, TuneSettingsError
+from gpar_bo.tuning.jobs import DEFAULT_VERDICT_TIMEOUT, read_job
 from gpar_bo.tuning.recovery import reconcile, sync_trial_data
 from gpar_bo.tuning.resume import open_experiment
 from gpar_bo.tuning.runner import CurveMetric, CurveRunner
@@ -39,8 +39,10 @@ __all__ = [
     "SCHEDULER_PROPERTY",
     "Progress",
     "best_final",
+    "failed_trials",
     "failure_cause",
     "finish_run",
+    "raise_job_error",
     "make_runner",
     "open_run",
     "trained_epochs_by_trial",
@@ -130,6 +132,30 @@ def failure_cause(experiment: Experiment, runner: CurveRunner) -> str:
             trial.index)
     ranked = sorted(causes.items(), key=lambda item: -len(item[1]))
     return "; ".join(f"trials {indices}: {cause}" for cause, indices in ranked[:3])
+
+
+def failed_trials(experiment: Experiment) -> set[int]:
+    """The indices of the experiment's FAILED trials."""
+    return {i for i, t in experiment.trials.items() if t.status == TrialStatus.FAILED}
+
+
+def raise_job_error(experiment: Experiment, runner: CurveRunner, known: set[int]) -> None:
+    """Stop at the first trial, not in ``known``, whose job raised an exception.
+
+    Jobs that died (their process killed) or were interrupted recorded no traceback;
+    they count towards the failure rate instead.
+
+    Raises:
+        JobFailed: One line naming the trial and the error, with the job's traceback.
+    """
+    for index in sorted(failed_trials(experiment) - known):
+        path = runner.progress_file(index)
+        status = read_job(path).status or {}
+        if status.get("status") == "failed" and status.get("traceback"):
+            raise JobFailed(
+                f"trial {index}'s job raised {status['error'].splitlines()[-1]} (its "
+                f"traceback is in {path}). Fix the job, then rerun the same command: the "
+                "other trials resume.", index, status["traceback"])
 
 
 class Progress:

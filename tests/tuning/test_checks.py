@@ -67,16 +67,17 @@ def test_bad_arguments_are_one_line_before_anything_starts(
 
 
 def test_a_folder_whose_trials_trained_nothing_may_be_reused(tmp_path: Path) -> None:
-    from gpar_bo.tuning.errors import TuneError
+    from gpar_bo.tuning.errors import JobFailed
 
     out = tmp_path / "out"
     broken = toy_problem(3)
     broken.train_kwargs = {**broken.train_kwargs, "noise_std": "not a number"}
-    with pytest.raises(TuneError, match="too many trials failed") as error:
+    with pytest.raises(JobFailed) as error:  # the first job's error ends the run
         tune(broken, out, 100, scheduler="early-stopping", num_sobol_trials=6, workers=2, poll_seconds=0.1,
              progress=False)
-    # The cause the jobs recorded, not only Ax's failure-rate message.
+    # The cause the job recorded, in one line; its traceback apart.
     assert "TypeError" in str(error.value) and "\n" not in str(error.value)
+    assert "noise_std > 0" in error.value.traceback
 
     report = tune(toy_problem(3), out, 100, scheduler="early-stopping", num_sobol_trials=2, workers=2, poll_seconds=0.1,
                   progress=False, max_trials=2)
@@ -84,7 +85,7 @@ def test_a_folder_whose_trials_trained_nothing_may_be_reused(tmp_path: Path) -> 
     experiment, _ = load_snapshot(out / "snapshot.json")
     assert experiment.runner.train_kwargs == toy_problem(3).train_kwargs
     replaced = list(out.glob("replaced-*"))  # the failed run is kept, not deleted
-    assert len(replaced) == 1 and len(list((replaced[0] / "runs").glob("*.jsonl"))) >= 5
+    assert len(replaced) == 1 and len(list((replaced[0] / "runs").glob("*.jsonl"))) >= 1
 
 
 def test_a_folder_with_trained_epochs_of_another_problem_is_refused(tmp_path: Path) -> None:
