@@ -20,7 +20,8 @@ Both keep the same files:
   kept as ``snapshot.json.bak`` (:mod:`gpar_bo.tuning.snapshot`);
 * ``runs/``: the trials' progress files (:mod:`gpar_bo.tuning.jobs`), never
   overwritten;
-* ``report.json`` / ``report.png``: :mod:`gpar_bo.tuning.report`, refreshed as it runs.
+* ``report.json``, ``report.png`` and ``report.html``: :mod:`gpar_bo.tuning.report`,
+  refreshed as it runs.
 
 Every setting and input is checked before anything starts
 (:mod:`gpar_bo.tuning.checks`). If ``snapshot.json`` exists, the loop resumes it
@@ -332,13 +333,22 @@ def _early_stopping(
         save=lambda: save_snapshot(snapshot, experiment, strategy),
     )
     remaining = (max_trials - len(experiment.trials)) if max_trials is not None else 10**6
+    settings = {"scheduler": "early-stopping", "budget_epochs": budget_epochs,
+                "epochs_per_run": problem.epochs, "workers": workers, "seed": seed,
+                "max_trials": max_trials, "sobol_trials": num_sobol_trials,
+                "threshold": threshold, "min_epochs": min_epochs}
+
+    def report() -> dict[str, Any]:
+        return write_report(experiment, problem.checkpoints, early_stopping, directory,
+                            scheduler="early-stopping", settings=settings)
+
     bar = Progress(problem, budget_epochs, progress)
     last_report = -math.inf
     try:
         for _ in orchestrator.run_trials_and_yield_results(max_trials=max(remaining, 0)):
             save_snapshot(snapshot, experiment, strategy)
             if time.monotonic() - last_report > report_seconds:
-                write_report(experiment, problem.checkpoints, early_stopping, directory)
+                report()
                 last_report = time.monotonic()
             bar.update(experiment)
     except FailureRateExceededError as error:
@@ -350,4 +360,4 @@ def _early_stopping(
     finally:
         bar.close()
         finish_run(directory, experiment, strategy, runner)
-    return write_report(experiment, problem.checkpoints, early_stopping, directory)
+    return report()
