@@ -410,8 +410,7 @@ def run_freeze_thaw(
                           max_trials=max_trials)
     loop.policy = FreezeThawPolicy(loop.checkpoints, seed=_policy_seed(seed, loop.trained()),
                                    **({"fit_kwargs": dict(fit_kwargs)} if fit_kwargs else {}))
-    settings = {"scheduler": "freeze-thaw", "budget_epochs": budget_epochs,
-                "epochs_per_run": problem.epochs,
+    settings = {"budget_epochs": budget_epochs, "epochs_per_run": problem.epochs,
                 "workers": runner.max_workers, "seed": seed, "max_trials": max_trials}
 
     def report() -> dict[str, Any]:

@@ -333,8 +333,8 @@ def _early_stopping(
         save=lambda: save_snapshot(snapshot, experiment, strategy),
     )
     remaining = (max_trials - len(experiment.trials)) if max_trials is not None else 10**6
-    settings = {"scheduler": "early-stopping", "budget_epochs": budget_epochs,
-                "epochs_per_run": problem.epochs, "workers": workers, "seed": seed,
+    settings = {"budget_epochs": budget_epochs, "epochs_per_run": problem.epochs,
+                "workers": workers, "seed": seed,
                 "max_trials": max_trials, "sobol_trials": num_sobol_trials,
                 "threshold": threshold, "min_epochs": min_epochs}
 

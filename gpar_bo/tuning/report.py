@@ -381,8 +381,9 @@ def render_html(report: Mapping[str, Any], png: bytes) -> str:
         f"<h1>gpar-bo tune: {html.escape(str(report['metric']))} "
         f"({'minimised' if report['minimize'] else 'maximised'})</h1>",
         "<h2>Settings</h2>",
-        _table(["setting", "value"], [("", [html.escape(str(k)), _cell(v)])
-                                      for k, v in report["settings"].items()]),
+        _table(["setting", "value"], [("", [html.escape(str(k)), _cell(v)]) for k, v in
+                                      {"scheduler": report["scheduler"],
+                                       **report["settings"]}.items()]),
         "<h2>Totals</h2>",
         _table(["total", "value"], [("", [html.escape(k), v]) for k, v in totals]),
         "<h2>Best configuration</h2>",

@@ -63,7 +63,7 @@ def freeze_thaw_run(tmp_path_factory: pytest.TempPathFactory):
     runner.verdict(experiment.trials[stopped], "stop", "test")
     loop.step()  # as in a run, the report follows a poll and its decisions
     assert experiment.trials[stopped].status == TrialStatus.EARLY_STOPPED
-    settings = {"scheduler": "freeze-thaw", "budget_epochs": 1000, "<b>note</b>": "a & b"}
+    settings = {"budget_epochs": 1000, "<b>note</b>": "a & b"}
     report = write_report(experiment, problem.checkpoints, loop, out, scheduler="freeze-thaw",
                           settings=settings)
     return loop, runner, report, out
