@@ -503,25 +503,70 @@ class FreezeThawPolicy:
         best = int(new_scores.argmax())
         return Decision("start", int(new_rows[best]), reason, best_new, new_X[best])
 
+    # -------------------------------------------------------------- predictions
+    def final_error_samples(
+        self, X: Tensor, Y: Tensor, rows: Tensor, num_draws: int = 8
+    ) -> Tensor | None:
+        r"""Samples of GPAR's predictive of runs' final errors (e.g. a report's bands).
+
+        The model is the one the policy decides with: GPAR on log-error increments,
+        with the hyperparameters of its last fit (fitted now, and not kept, if it
+        has none), conditioned on every run's observed prefix. A run's predictive is
+        ``FreezeThawIndex.final_paths``'s: the mixture over the sample paths of the
+        log-normal final error along each, with the final checkpoint's observation
+        noise (it predicts the error the run will report). ``num_draws`` draws per
+        path, from a generator seeded with the policy's seed, sample the mixture.
+        Nothing the policy keeps changes: its decisions are the same whether or not
+        this is called.
+
+        Args:
+            X: ``n x d`` settings of every run started so far (as in ``decide``).
+            Y: ``n x M`` their values at the checkpoints, NaN after each prefix.
+            rows: ``b`` rows of the runs to predict, none at the final checkpoint
+                (a run with no observed value gets the prediction for its setting).
+            num_draws: Draws from each path's log-normal.
+
+        Returns:
+            ``(num_draws * num_samples) x b`` samples of the final errors, or None
+            while fewer than two runs reached the final checkpoint (the policy's
+            warm-up: it has no model yet).
+        """
+        observed = self._check_curves(X, Y).sum(-1)
+        M = len(self.epochs)
+        rows = torch.as_tensor(rows, dtype=torch.long)
+        if rows.dim() != 1 or bool(((rows < 0) | (rows >= len(X))).any()):
+            raise ValueError(f"rows must be a 1-d tensor of rows of X (0..{len(X) - 1}); "
+                             f"got {rows.tolist()}.")
+        if bool((observed[rows] == M).any()):
+            raise ValueError("The runs to predict must not have reached the final checkpoint.")
+        if num_draws < 1:
+            raise ValueError(f"num_draws must be >= 1; got {num_draws}.")
+        finished = observed == M
+        if int(finished.sum()) < 2:
+            return None
+        reported = observed > 0
+        model, _ = self._model(X[reported], Y[reported], keep=False)
+        index = FreezeThawIndex(model, self.epochs.to(X), float(Y[finished, -1].min()),
+                                self.num_samples, seed=self.seed)
+        with torch.no_grad():
+            paths = index.final_paths(X[rows], observed[rows])
+        generator = torch.Generator().manual_seed(self.seed)
+        normals = torch.randn(num_draws, *paths.mean.shape, generator=generator, dtype=X.dtype)
+        log_errors = paths.mean + paths.variance.clamp_min(0.0).sqrt() * normals
+        return log_errors.exp().reshape(-1, len(rows))
+
     # ----------------------------------------------------------------- helpers
     def _check(
         self, X: Tensor, Y: Tensor, paused: Tensor, candidates: Tensor | None, bounds: Tensor | None
     ) -> None:
         M = len(self.epochs)
-        if X.dim() != 2 or Y.shape != (X.shape[0], M) or paused.shape != (X.shape[0],):
-            raise ValueError(
-                f"Expected X n x d, Y n x {M} and paused n; got {tuple(X.shape)}, "
-                f"{tuple(Y.shape)} and {tuple(paused.shape)}."
-            )
+        if paused.shape != (X.shape[0],):
+            raise ValueError(f"Expected paused of shape ({X.shape[0]},); got {tuple(paused.shape)}.")
         if paused.dtype != torch.bool:
             raise ValueError(f"paused must be a bool tensor; got {paused.dtype}.")
-        observed = ~Y.isnan()
-        if (observed[:, 1:] & ~observed[:, :-1]).any():
-            raise ValueError("Each run's values must be a prefix of its checkpoints (NaN after it).")
+        observed = self._check_curves(X, Y)
         if (paused & ~observed[:, 0]).any():
             raise ValueError("A paused run must have reported at least one checkpoint.")
-        if not (torch.isfinite(X).all() and (Y[observed] > 0).all() and torch.isfinite(Y[observed]).all()):
-            raise ValueError("Settings must be finite and observed values finite and positive.")
         if (paused & (observed.sum(-1) == M)).any():
             raise ValueError("A paused run must not have reached the final checkpoint.")
         if candidates is None and bounds is None:
@@ -532,6 +577,19 @@ class FreezeThawPolicy:
             bounds.shape != (2, X.shape[-1]) or not bool((bounds[0] <= bounds[1]).all())
         ):
             raise ValueError(f"bounds must be 2 x {X.shape[-1]} with lower <= upper.")
+
+    def _check_curves(self, X: Tensor, Y: Tensor) -> Tensor:
+        """Check settings ``n x d`` and curves ``n x M``; return the observed mask."""
+        M = len(self.epochs)
+        if X.dim() != 2 or Y.shape != (X.shape[0], M):
+            raise ValueError(f"Expected X n x d and Y n x {M}; got {tuple(X.shape)} and "
+                             f"{tuple(Y.shape)}.")
+        observed = ~Y.isnan()
+        if (observed[:, 1:] & ~observed[:, :-1]).any():
+            raise ValueError("Each run's values must be a prefix of its checkpoints (NaN after it).")
+        if not (torch.isfinite(X).all() and (Y[observed] > 0).all() and torch.isfinite(Y[observed]).all()):
+            raise ValueError("Settings must be finite and observed values finite and positive.")
+        return observed
 
     @staticmethod
     def _key(x: Tensor, observed: Tensor) -> tuple:
@@ -618,14 +676,21 @@ class FreezeThawPolicy:
             return Decision("resume", row, reason)
         return self._random_new(candidates, bounds, reason)
 
-    def _model(self, X: Tensor, Y: Tensor) -> tuple[GPARModel, str]:
+    def _model(self, X: Tensor, Y: Tensor, keep: bool = True) -> tuple[GPARModel, str]:
         """GPAR on the runs' values ``Y`` (modelled as log-error increments);
         hyperparameters refitted (warm-started) when the data grew enough, else
-        reloaded. A failed refit reloads the last fit."""
+        reloaded. A failed refit reloads the last fit.
+
+        With ``keep=False`` (predictions that are not decisions) the last fit is
+        reloaded whenever there is one, and a first fit is not kept, so that the
+        decisions do not depend on whether or when predictions were asked for.
+        """
         model = self._new_model(X, Y)
         values = int((~Y.isnan()).sum())
         note = ""
-        if self._fitted is None or values > (1 + self.refit_growth) * self._fitted[0]:
+        if self._fitted is None or (
+            keep and values > (1 + self.refit_growth) * self._fitted[0]
+        ):
             if self._fitted is not None:
                 model.load_state_dict(self._fitted[1], strict=False)  # warm start
             try:
@@ -642,7 +707,8 @@ class FreezeThawPolicy:
                 model = self._new_model(X, Y)
                 model.load_state_dict(self._fitted[1], strict=False)
             else:
-                self._fitted = (values, model.hyperparameters())
+                if keep:
+                    self._fitted = (values, model.hyperparameters())
         else:
             model.load_state_dict(self._fitted[1], strict=False)
         return model.eval(), note

@@ -169,6 +169,46 @@ def test_warm_up_screens_then_pushes_the_two_best() -> None:
     assert (decision.action, decision.index) == ("resume", 1)
 
 
+def test_final_error_samples_are_the_models_predictive_and_change_no_decision() -> None:
+    X, Y = state()
+    paused = ~Y[:, -1].isfinite()
+    candidates = torch.rand(5, 1, generator=torch.Generator().manual_seed(1), dtype=torch.double)
+    rows = torch.tensor([8, 9, 11])
+    asked, quiet = FreezeThawPolicy(EPOCHS, **FAST), FreezeThawPolicy(EPOCHS, **FAST)
+    short = Y.clone()
+    short[:, 1:] = math.nan  # no run finished: no model yet
+    assert asked.final_error_samples(X, short, rows) is None
+    # Asked before any fit: it fits, and keeps nothing.
+    samples = asked.final_error_samples(X, Y, rows)
+    assert asked._fitted is None and samples.shape == (8 * FAST["num_samples"], 3)
+    first = [p.decide(X, Y, paused, candidates) for p in (asked, quiet)]
+    # Asked after a fit, on grown data: it reloads that fit, and keeps nothing either.
+    grown = Y.clone()
+    grown[8, 1] = curves(X[8])[0, 1]
+    fitted = asked._fitted
+    again = asked.final_error_samples(X, grown, rows)
+    assert asked._fitted is fitted
+    second = [p.decide(X, grown, ~grown[:, -1].isfinite(), candidates) for p in (asked, quiet)]
+    for a, b in (first, second):
+        assert (a.action, a.index, a.score) == (b.action, b.index, b.score)
+    assert torch.equal(asked.generator.get_state(), quiet.generator.get_state())
+    # The samples are those of the mixture over paths of the final log-normals.
+    model, _ = asked._model(X, to_increments(grown.log()), keep=False)
+    paths = freeze_thaw.FreezeThawIndex(model, asked.epochs.double(), 0.1, asked.num_samples,
+                                        seed=asked.seed).final_paths(X[rows], torch.tensor(
+                                            [2, 1, 1]))
+    mean = (paths.mean + paths.variance / 2).exp().mean(0)
+    assert torch.allclose(again.mean(0), mean, rtol=0.02)
+    q05, q95 = again.quantile(0.05, dim=0), again.quantile(0.95, dim=0)
+    assert bool(((q05 < mean) & (mean < q95)).all())
+    # The better prefix predicts the lower final error (row 8 has the lowest level).
+    assert int(again.mean(0).argmin()) == 0
+    with pytest.raises(ValueError, match="must not have reached the final checkpoint"):
+        asked.final_error_samples(X, Y, torch.tensor([0]))
+    with pytest.raises(ValueError, match="rows must be"):
+        asked.final_error_samples(X, Y, torch.tensor([len(X)]))
+
+
 def test_bad_input_raises_one_line_value_errors() -> None:
     X, Y = state()
     paused = ~Y[:, -1].isfinite()

@@ -159,6 +159,7 @@ def run_tune(args: argparse.Namespace) -> int:
 
     from gpar_bo.tuning.errors import JobFailed, TuneError, TuneSettingsError
     from gpar_bo.tuning.loop import tune
+    from gpar_bo.tuning.report import STATUSES
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # `kill` (SIGTERM) ends the loop like Ctrl-C: snapshot saved, jobs paused.
@@ -199,12 +200,14 @@ def run_tune(args: argparse.Namespace) -> int:
               f"to resume from {args.out}.", file=sys.stderr)
         return 130
     best = report["best"]
+    # The report's own counts and definitions (gpar_bo.tuning.report).
+    statuses = [t["status"] for t in report["trials"]]
     summary = {
-        "trials": len(report["trials"]),
-        "early_stopped": sum(t["stopped"] for t in report["trials"]),
-        # Paused runs outlive the budget: a rerun with a larger --budget may resume them.
-        "paused": sum(t["paused"] for t in report["trials"]),
+        "trials": len(statuses),
+        "statuses": {s: statuses.count(s) for s in STATUSES if s in statuses},
+        "resumed": sum(bool(t["resumed_at"]) for t in report["trials"]),
         "epochs_trained": report["epochs_trained"],
+        "epochs_not_trained": report["epochs_not_trained"],
         "epochs_saved": report["epochs_saved"],
         "best": None if best is None else {
             "trial_index": best["trial_index"], "val_error": best["final"],
@@ -212,6 +215,7 @@ def run_tune(args: argparse.Namespace) -> int:
         },
         "report": str(args.out / "report.json"),
         "plot": str(args.out / "report.png"),
+        "page": str(args.out / "report.html"),
     }
     print(json.dumps(summary, indent=2))
     return 0

@@ -67,7 +67,6 @@ from ax.core.trial_status import TrialStatus
 from torch import Tensor
 
 from gpar_bo.ax.curves import experiment_curves
-from gpar_bo.ax.early_stopping import GPAREarlyStoppingStrategy
 from gpar_bo.ax.encoding import UnitCubeEncoding
 from gpar_bo.freeze_thaw import Decision, FreezeThawPolicy
 from gpar_bo.tuning.errors import TuneError
@@ -199,6 +198,30 @@ class FreezeThawLoop:
         curves = experiment_curves(self.experiment, self.problem.metric, self.problem.checkpoints)
         lengths = (~curves.Y.isnan()).sum(-1)
         return sum(self.checkpoints[int(k) - 1] for k in lengths.tolist() if k > 0)
+
+    def final_value_samples(
+        self, experiment: Experiment | None = None, curves: Any = None
+    ) -> tuple[dict[int, Tensor], float | None]:
+        """The report's bands: the policy's samples of the final value of every run
+        with data short of the final checkpoint (see
+        ``FreezeThawPolicy.final_error_samples``), and the incumbent. The arguments
+        of ``GPAREarlyStoppingStrategy.final_value_samples`` are accepted and unused:
+        the policy sees this loop's experiment. Empty while the policy has no model;
+        a failed fit is logged and gives no bands (the report must not end the run).
+        """
+        trials, X, Y = self._curves()
+        observed = (~Y.isnan()).sum(-1)
+        rows = ((observed > 0) & (observed < len(self.checkpoints))).nonzero().squeeze(-1)
+        finals = Y[observed == len(self.checkpoints), -1]
+        incumbent = float(finals.min()) if len(finals) else None
+        try:
+            samples = self.policy.final_error_samples(X, Y, rows)
+        except Exception as error:  # as the policy's decisions: a failed fit stalls nothing
+            logger.warning("No final-value bands in the report: GPAR failed (%s).", error)
+            return {}, incumbent
+        if samples is None:
+            return {}, incumbent
+        return {trials[r]: samples[:, k] for k, r in enumerate(rows.tolist())}, incumbent
 
     def _next_epochs(self, observed: int) -> int:
         """Epochs from a run's ``observed``-th checkpoint to its next one."""
@@ -404,9 +427,13 @@ def run_freeze_thaw(
                           max_trials=max_trials)
     loop.policy = FreezeThawPolicy(loop.checkpoints, seed=_policy_seed(seed, loop.trained()),
                                    **({"fit_kwargs": dict(fit_kwargs)} if fit_kwargs else {}))
-    # The report's final-value bands (the policy's own model is on log increments).
-    bands = GPAREarlyStoppingStrategy(problem.checkpoints, metric_name=problem.metric,
-                                      fit_kwargs=fit_kwargs, seed=seed)
+    settings = {"budget_epochs": budget_epochs, "epochs_per_run": problem.epochs,
+                "workers": runner.max_workers, "seed": seed, "max_trials": max_trials}
+
+    def report() -> dict[str, Any]:
+        return write_report(experiment, problem.checkpoints, loop, directory,
+                            scheduler="freeze-thaw", settings=settings)
+
     bar = Progress(problem, budget_epochs, progress)
     last_report = -math.inf
     try:
@@ -416,11 +443,11 @@ def run_freeze_thaw(
         while not loop.step():
             save()
             if time.monotonic() - last_report > report_seconds:
-                write_report(experiment, problem.checkpoints, bands, directory)
+                report()
                 last_report = time.monotonic()
             bar.update(experiment)
             time.sleep(poll_seconds)
     finally:
         bar.close()
         finish_run(directory, experiment, None, runner)
-    return write_report(experiment, problem.checkpoints, bands, directory)
+    return report()

@@ -205,6 +205,10 @@ class JobRecord:
             died); a paused job that was resumed runs again (None).
         runs: How many times the job was started (1 + resumes).
         run_steps: Steps reported by the latest run.
+        pauses: The step of each pause, in order (a job paused before its first
+            report, e.g. one that died then, starts again from scratch: no pause).
+        resumes: The step of each pause after which a new run started (every pause
+            but one the job is still in, or was stopped in).
     """
 
     header: dict | None = None
@@ -213,6 +217,8 @@ class JobRecord:
     status: dict | None = None
     runs: int = 0
     run_steps: int = 0
+    pauses: list[float] = field(default_factory=list)
+    resumes: list[float] = field(default_factory=list)
 
     @property
     def last_step(self) -> float | None:
@@ -244,9 +250,13 @@ def read_job(path: str | Path) -> JobRecord:
             continue  # a line being written right now, or cut short by a kill
         if "status" in record:
             job.status = record
+            if record["status"] == "paused" and record.get("step") is not None:
+                job.pauses.append(float(record["step"]))
         elif "trial" in record:
             job.header = record
         elif "started" in record:
+            if job.paused and job.status.get("step") is not None:
+                job.resumes.append(float(job.status["step"]))
             job.started = record["started"]
             job.status, job.runs, job.run_steps = None, job.runs + 1, 0
         elif "step" in record:

@@ -20,7 +20,8 @@ Both keep the same files:
   kept as ``snapshot.json.bak`` (:mod:`gpar_bo.tuning.snapshot`);
 * ``runs/``: the trials' progress files (:mod:`gpar_bo.tuning.jobs`), never
   overwritten;
-* ``report.json`` / ``report.png``: :mod:`gpar_bo.tuning.report`, refreshed as it runs.
+* ``report.json``, ``report.png`` and ``report.html``: :mod:`gpar_bo.tuning.report`,
+  refreshed as it runs.
 
 Every setting and input is checked before anything starts
 (:mod:`gpar_bo.tuning.checks`). If ``snapshot.json`` exists, the loop resumes it
@@ -342,6 +343,15 @@ def _early_stopping(
         save=lambda: save_snapshot(snapshot, experiment, strategy),
     )
     remaining = (max_trials - len(experiment.trials)) if max_trials is not None else 10**6
+    settings = {"budget_epochs": budget_epochs, "epochs_per_run": problem.epochs,
+                "workers": workers, "seed": seed,
+                "max_trials": max_trials, "sobol_trials": num_sobol_trials,
+                "threshold": threshold, "min_epochs": min_epochs}
+
+    def report() -> dict[str, Any]:
+        return write_report(experiment, problem.checkpoints, early_stopping, directory,
+                            scheduler="early-stopping", settings=settings)
+
     bar = Progress(problem, budget_epochs, progress)
     last_report = -math.inf
     failed_before = failed_trials(experiment)  # a job error stops only the run it happens in
@@ -350,7 +360,7 @@ def _early_stopping(
             save_snapshot(snapshot, experiment, strategy)
             raise_job_error(experiment, runner, failed_before)
             if time.monotonic() - last_report > report_seconds:
-                write_report(experiment, problem.checkpoints, early_stopping, directory)
+                report()
                 last_report = time.monotonic()
             bar.update(experiment)
     except FailureRateExceededError as error:
@@ -362,4 +372,4 @@ def _early_stopping(
     finally:
         bar.close()
         finish_run(directory, experiment, strategy, runner)
-    return write_report(experiment, problem.checkpoints, early_stopping, directory)
+    return report()

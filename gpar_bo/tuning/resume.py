@@ -26,6 +26,7 @@ from ax.generation_strategy.generation_strategy import GenerationStrategy
 from gpar_bo.tuning.errors import TuneSettingsError
 from gpar_bo.tuning.jobs import read_job
 from gpar_bo.tuning.recovery import progress_files
+from gpar_bo.tuning.report import REPORT_FILES
 from gpar_bo.tuning.runner import CurveRunner
 from gpar_bo.tuning.snapshot import SNAPSHOT, SnapshotDamaged, backup_path, load_snapshot
 
@@ -34,7 +35,7 @@ __all__ = ["open_experiment"]
 logger = logging.getLogger(__name__)
 
 #: Files of a tuning run, moved aside together when a folder is reused.
-_RUN_FILES = (SNAPSHOT, SNAPSHOT + ".bak", "runs", "report.json", "report.png")
+_RUN_FILES = (SNAPSHOT, SNAPSHOT + ".bak", "runs", *REPORT_FILES)
 
 
 def _unused_name(path: Path) -> Path:

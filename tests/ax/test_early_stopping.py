@@ -141,13 +141,15 @@ def test_report_gives_running_trials_a_final_value_band(client: Client, tmp_path
     report = write_report(client._experiment, Checkpoints(EPOCHS),
                           client._early_stopping_strategy, tmp_path)
     entry = next(t for t in report["trials"] if t["index"] == running)
-    assert entry["status"] == "RUNNING" and entry["steps"] == [1.0, 2.0]
+    assert entry["status"] == "running" and entry["steps"] == [1.0, 2.0]
     band = entry["predicted_final"]
     assert band["q05"] < band["mean"] < band["q95"]
-    finished = [t for t in report["trials"] if t["status"] == "COMPLETED"]
+    finished = [t for t in report["trials"] if t["status"] == "completed"]
     assert all("predicted_final" not in t for t in finished)
     assert report["best"]["final"] == min(t["values"][-1] for t in finished)
-    assert (tmp_path / "report.png").stat().st_size > 0
+    assert report["epochs_saved"] == 0 and entry["epochs_not_trained"] == 0
+    for name in ("report.png", "report.html"):
+        assert (tmp_path / name).stat().st_size > 0
     client.mark_trial_abandoned(running)
 
 

@@ -107,22 +107,26 @@ def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path) -> Non
     assert best["final"] == min(t["values"][-1] for t in report["trials"]
                                 if len(t["steps"]) == EPOCHS)
     total_saved = 0
+    names = {TrialStatus.COMPLETED: "completed", TrialStatus.EARLY_STOPPED: "stopped",
+             TrialStatus.FAILED: "failed"}
     for trial in report["trials"]:
-        assert trial["stopped"] == (trial["status"] == "EARLY_STOPPED")
-        if len(trial["steps"]) < EPOCHS:  # stopped (or failed) before the final epoch
+        assert trial["status"] == names[after.trials[trial["index"]].status]
+        if trial["status"] == "stopped":  # stopped before the final epoch
             band = trial["predicted_final"]
             assert band["q05"] <= band["mean"] <= band["q95"]
         else:
             assert "predicted_final" not in trial
         # A stop saves every epoch after the one it was decided on; the job trained none.
         job = read_job(after.trials[trial["index"]].run_metadata["progress_file"])
-        assert len(job.steps) == len(trial["steps"])
-        assert trial["epochs_saved"] == (EPOCHS - len(trial["steps"]) if trial["stopped"] else 0)
-        if trial["stopped"]:
+        assert len(job.steps) == len(trial["steps"]) == trial["epochs_trained"]
+        assert trial["epochs_not_trained"] == (
+            EPOCHS - len(trial["steps"]) if trial["status"] == "stopped" else 0)
+        if trial["status"] == "stopped":
             assert job.status["status"] == "stopped" and job.status["step"] == trial["steps"][-1]
-        total_saved += trial["epochs_saved"]
+            total_saved += trial["epochs_not_trained"]
     assert report["epochs_saved"] == total_saved
-    assert (out / "report.png").stat().st_size > 0
+    for name in ("report.png", "report.html"):
+        assert (out / name).stat().st_size > 0
 
 
 def test_epoch_budget_counts_running_trials_in_full() -> None:
@@ -164,7 +168,7 @@ def test_tune_cli_parses_and_runs_a_small_mnist_job(tmp_path: Path, capsys) -> N
     assert summary["best"] is not None and 0.0 <= summary["best"]["val_error"] <= 1.0
     assert summary["trials"] == 3 and summary["epochs_trained"] <= 6
     assert summary["epochs_saved"] == 0  # 2-epoch trials: none stopped
-    assert summary["paused"] == 0  # early stopping lets every started trial finish
+    assert summary["statuses"] == {"completed": 3} and summary["epochs_not_trained"] == 0
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["metric"] == "val_error"
     assert set(report["best"]["parameters"]) == {
