@@ -193,7 +193,7 @@ def test_final_error_samples_are_the_models_predictive_and_change_no_decision() 
         assert (a.action, a.index, a.score) == (b.action, b.index, b.score)
     assert torch.equal(asked.generator.get_state(), quiet.generator.get_state())
     # The samples are those of the mixture over paths of the final log-normals.
-    model, _ = asked._model(X, to_increments(grown.log()), keep=False)
+    model, _ = asked._model(X, grown, keep=False)
     paths = freeze_thaw.FreezeThawIndex(model, asked.epochs.double(), 0.1, asked.num_samples,
                                         seed=asked.seed).final_paths(X[rows], torch.tensor(
                                             [2, 1, 1]))
