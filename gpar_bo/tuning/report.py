@@ -14,8 +14,9 @@ learning-curve metric, each replaced atomically (a reader never sees half of one
 
 **Statuses.** ``completed`` (reached the final checkpoint), ``running`` (training,
 awaiting its verdict, or started or resumed and waiting for a worker), ``paused``
-(its job paused at a checkpoint and may be resumed; the trial is RUNNING in Ax), ``stopped`` (EARLY_STOPPED in Ax: by the
-early-stopping strategy, or under freeze-thaw when the budget ended), ``failed``
+(its job paused at a checkpoint and may be resumed; the trial is RUNNING in Ax), ``stopped``
+(EARLY_STOPPED in Ax, by the early-stopping strategy; freeze-thaw pauses its unfinished
+runs when the budget ends and stops none), ``failed``
 (FAILED or ABANDONED in Ax) and ``pending`` (decided, its job not started).
 ``paused_at`` lists the epoch of every pause, ``resumed_at`` those after which
 the run was started again (read from the trial's progress file,
@@ -33,8 +34,7 @@ one pause more than resumptions.
   ``epochs_not_trained`` of the stopped runs: a stop is a decision, and a stopped run
   trains no epoch past the checkpoint it was decided at. Under freeze-thaw it is
   ``null``: the policy pauses runs and never stops one; a paused run may still be
-  resumed, and runs stopped when the budget ended were not stopped by a judgement on
-  them. There, ``epochs_not_trained`` says what the policy left untrained.
+  resumed, also by a later run with a larger budget. There, ``epochs_not_trained`` says what the policy left untrained.
 
 **Bands** come from the model of the scheduler that ran, through its
 ``final_value_samples(experiment, curves=...)``: under early stopping the
