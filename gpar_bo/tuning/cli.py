@@ -36,7 +36,7 @@ def add_tune_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
             "and stops running trials that GPAR gives little chance of beating the best "
             "final validation error. Writes OUT/snapshot.json (Ax's "
             "JSON experiment; rerun the same command to resume after an interruption), "
-            "OUT/runs/ (per-epoch progress of each trial) and OUT/report.{json,png}. "
+            "OUT/runs/ (per-epoch progress of each trial) and OUT/report.{json,png,html}. "
             "One process at a time may use OUT; after a crash (even kill -9) rerunning "
             "resumes without losing a trial."
         ),
@@ -210,7 +210,7 @@ def run_tune(args: argparse.Namespace) -> int:
         "epochs_not_trained": report["epochs_not_trained"],
         "epochs_saved": report["epochs_saved"],
         "best": None if best is None else {
-            "trial_index": best["trial_index"], "val_error": best["final"],
+            "trial_index": best["trial_index"], report["metric"]: best["final"],
             "parameters": best["parameters"],
         },
         "report": str(args.out / "report.json"),
