@@ -45,3 +45,10 @@ def partial_curves(
     for m, count in enumerate(reached.tolist()):
         Y[count:, m] = float("nan")
     return X.to(dtype), Y.to(dtype)
+
+
+def without_bands(report: dict) -> dict:
+    """A tuning report without GPAR's final-value bands, which a resumed run computes from
+    a refit (equal up to the fit), so that two reports of the same runs compare equal."""
+    trials = [{k: v for k, v in t.items() if k != "predicted_final"} for t in report["trials"]]
+    return {**report, "trials": trials}

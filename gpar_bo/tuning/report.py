@@ -371,8 +371,8 @@ def render_html(report: Mapping[str, Any], png: bytes) -> str:
         ("epochs trained", _cell(report["epochs_trained"])
          + ("" if budget is None else f" of a budget of {_cell(budget)}")),
         ("epochs not trained by paused or stopped runs", _cell(report["epochs_not_trained"])),
-        ("epochs saved by early stopping", "not counted: freeze-thaw pauses runs, and "
-         "stops them only when the budget ends" if report["epochs_saved"] is None
+        ("epochs saved by early stopping", "not counted: freeze-thaw pauses runs and "
+         "stops none" if report["epochs_saved"] is None
          else _cell(report["epochs_saved"])),
         ("final-value bands", f"{report['bands']['level']:.0%}, from "
          + html.escape(report["bands"]["model"])),

@@ -158,7 +158,7 @@ def test_a_relative_output_directory_is_stored_absolute(
 
 def test_tune_cli_parses_and_runs_a_small_mnist_job(tmp_path: Path, capsys) -> None:
     args = build_parser().parse_args(["tune", "--budget", "7"])
-    assert args.budget == 7 and args.epochs == 10 and args.workers == 2
+    assert args.budget == 7 and args.epochs is None and args.workers == 2  # MNIST: 10
     assert args.scheduler == "freeze-thaw" and args.dask_scheduler is None
     # Two Sobol trials, then one GPAR trial on the six MLP hyperparameters.
     code = main(["tune", "--scheduler", "early-stopping", "--out", str(tmp_path), "--max-examples", "300", "--epochs", "2",
