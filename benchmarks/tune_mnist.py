@@ -74,7 +74,7 @@ class Settings:
 
 
 FULL = Settings()
-QUICK = Settings(epochs=3, budget=12, workers=2, max_examples=500)
+QUICK = Settings(epochs=2, budget=4, workers=1, max_examples=300)
 
 
 def ax_default_strategy(seed: int):
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--quick", action="store_true",
-                        help="3-epoch runs, a 12-epoch budget, 2 workers, 500 digits, seed 0")
+                        help="2-epoch runs, a 4-epoch budget, 1 worker, 300 digits, seed 0")
     parser.add_argument("--report-only", action="store_true", help="write the report from the runs file")
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else FULL
