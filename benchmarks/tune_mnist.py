@@ -265,6 +265,21 @@ def report(records: list[dict], settings: Settings, seeds: Sequence[int], out: P
     met = all(w >= target for w in wins.values()) and all(r["epochs_past_decision"] == 0 for r in mine.values())
     past = sum(r["epochs_past_decision"] for r in mine.values())
     verdicts = sum(r["stop_pause_verdicts"] for r in mine.values())
+    def mean_of(method: str, key: str) -> float:
+        return float(np.mean([mine[(method, s)][key] for s in complete])) if complete else math.nan
+
+    centre = sum(mine[(m, s)]["best_trial"] == 0 for m in METHODS[1:] for s in complete)
+    behaviour = (
+        f"**How the budget was spent** (means over seeds): freeze-thaw started "
+        f"{mean_of('freeze_thaw', 'trials_started'):.1f} trials, of which "
+        f"{mean_of('freeze_thaw', 'trials_reaching_final_epoch'):.1f} reached epoch {settings.epochs} "
+        f"({mean_of('freeze_thaw', 'pauses'):.0f} pauses, {mean_of('freeze_thaw', 'resumes'):.0f} resumptions); "
+        f"Ax's default started {mean_of('ax_default', 'trials_started'):.1f}, of which "
+        f"{mean_of('ax_default', 'trials_reaching_final_epoch'):.1f} reached it; "
+        f"Ax + percentile started {mean_of('ax_percentile', 'trials_started'):.1f} and stopped "
+        f"{mean_of('ax_percentile', 'stopped'):.1f}. Ax's best trial was its first, the centre of the "
+        f"search space, in {centre} of {2 * len(complete)} Ax runs."
+    )
     notes = [
         f"Settings: MNIST-5k (embedded{'' if settings.max_examples is None else f', first {settings.max_examples} digits'}), "
         f"{settings.epochs}-epoch runs, a {settings.budget}-epoch budget, {settings.workers} workers; "
@@ -274,6 +289,7 @@ def report(records: list[dict], settings: Settings, seeds: Sequence[int], out: P
         + ", ".join(f"{w} of {len(complete)} against {o}" for o, w in wins.items())
         + f". Target: at least {target} of {len(complete)} against each, and no epoch past a decision: "
         f"**{'met' if met else 'missed'}**.",
+        behaviour,
         f"**Epochs past the decision checkpoint:** {past} over {verdicts} stop and pause verdicts "
         "(each verdict's checkpoint is the last epoch the job had reported when it was given; the "
         "count is the epochs the job reported after it before its run ended).",
@@ -288,7 +304,8 @@ def report(records: list[dict], settings: Settings, seeds: Sequence[int], out: P
         "builds (its verdicts logged), the same job, seed, verdict protocol and epoch budget. "
         "`best_final_val_error`: the lowest validation error at the final epoch over the run's "
         "trials; `wall_s`: wall clock on the shared machine; `tuner_cpu_s`: CPU time of the tuning "
-        "process (the jobs run in worker processes).",
+        "process (the jobs run in worker processes; the JSON's `jobs_cpu_s` is theirs, as far as "
+        "the operating system reports reaped children).",
     ]
     extra = {"records": list(mine.values()), "wins": wins, "target_met": met, "summary": summary,
              "settings": asdict(settings)}
