@@ -306,6 +306,8 @@ def report(records: list[dict], settings: Settings, seeds: Sequence[int], out: P
         "trials; `wall_s`: wall clock on the shared machine; `tuner_cpu_s`: CPU time of the tuning "
         "process (the jobs run in worker processes; the JSON's `jobs_cpu_s` is theirs, as far as "
         "the operating system reports reaped children).",
+        f"Each run is one line of `{RUNS_FILE}`, appended by `python -m benchmarks.tune_mnist --seeds ...` "
+        "(a run already in the file is not rerun); the command below wrote this report from that file.",
     ]
     extra = {"records": list(mine.values()), "wins": wins, "target_met": met, "summary": summary,
              "settings": asdict(settings)}
