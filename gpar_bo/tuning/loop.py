@@ -58,6 +58,8 @@ from ax.core.base_trial import BaseTrial
 from ax.core.experiment import Experiment
 from ax.core.parameter import Parameter
 from ax.core.trial_status import TrialStatus
+from ax.early_stopping.strategies.base import BaseEarlyStoppingStrategy
+from ax.generation_strategy.generation_strategy import GenerationStrategy
 from ax.global_stopping.strategies.base import BaseGlobalStoppingStrategy
 from ax.orchestration.orchestrator import FailureRateExceededError, OrchestratorOptions
 
@@ -212,6 +214,8 @@ def tune(
     scheduler_timeout: float = 10.0,
     verdict_timeout: float = DEFAULT_VERDICT_TIMEOUT,
     runner: CurveRunner | None = None,
+    generation_strategy: GenerationStrategy | None = None,
+    early_stopping_strategy: BaseEarlyStoppingStrategy | str | None = "gpar",
 ) -> dict[str, Any]:
     """Tune ``problem`` under an epoch budget; resume if ``directory`` has a snapshot.
 
@@ -255,6 +259,15 @@ def tune(
             job with ``workers``, ``use_dask``, ``scheduler_address`` and
             ``verdict_timeout``); it must write its progress files into
             ``directory / "runs"``.
+        generation_strategy: Early stopping: the generation strategy of a new run
+            (default None: ``gpar_generation_strategy`` with ``num_sobol_trials``,
+            ``seed``, ``fit_kwargs`` and ``acqf_optimizer_kwargs``), e.g. Ax's own
+            default to compare against; a resumed run uses the one in its snapshot.
+        early_stopping_strategy: Early stopping: ``"gpar"`` (default:
+            ``GPAREarlyStoppingStrategy`` with ``threshold``, ``min_epochs``,
+            ``fit_kwargs`` and ``seed``), any Ax ``BaseEarlyStoppingStrategy`` (e.g.
+            ``PercentileEarlyStoppingStrategy``), or None to train every trial to
+            its final epoch. The report's GPAR bands use GPAR in every case.
 
     Returns:
         The final report (see :func:`gpar_bo.tuning.report.build_report`).
@@ -273,6 +286,16 @@ def tune(
         raise TuneSettingsError("No epoch budget: pass budget_epochs (the problem has none).")
     check_tune_options(problem, budget_epochs, workers, num_sobol_trials, threshold,
                        min_epochs, max_trials, verdict_timeout, scheduler)
+    gpar_stopping = isinstance(early_stopping_strategy, str) and early_stopping_strategy == "gpar"
+    if scheduler == "freeze-thaw" and (generation_strategy is not None or not gpar_stopping):
+        raise TuneSettingsError(
+            "generation_strategy and early_stopping_strategy apply to scheduler "
+            "early-stopping only (freeze-thaw runs its own policy).")
+    if not (early_stopping_strategy is None or gpar_stopping
+            or isinstance(early_stopping_strategy, BaseEarlyStoppingStrategy)):
+        raise TuneSettingsError(
+            "early_stopping_strategy must be 'gpar', None or an Ax "
+            f"BaseEarlyStoppingStrategy, not {early_stopping_strategy!r}.")
     check_job(problem)
     if use_dask and scheduler_address is not None:
         check_scheduler(scheduler_address, scheduler_timeout)
@@ -300,6 +323,8 @@ def tune(
             seed=seed, progress=progress, fit_kwargs=fit_kwargs,
             acqf_optimizer_kwargs=acqf_optimizer_kwargs, poll_seconds=poll_seconds,
             report_seconds=report_seconds, max_trials=max_trials, recover=recover,
+            generation_strategy=generation_strategy,
+            early_stopping_strategy=early_stopping_strategy,
         )
 
 
@@ -309,29 +334,33 @@ def _early_stopping(
     progress: bool, fit_kwargs: Mapping[str, Any] | None,
     acqf_optimizer_kwargs: Mapping[str, Any] | None, poll_seconds: float,
     report_seconds: float, max_trials: int | None, recover: bool,
+    generation_strategy: GenerationStrategy | None,
+    early_stopping_strategy: BaseEarlyStoppingStrategy | str | None,
 ) -> dict[str, Any]:
     """:func:`tune` with Ax's Orchestrator and early stopping, once its checks passed
     and it holds the directory's lock."""
     snapshot = directory / SNAPSHOT
     experiment, strategy = open_run(
         problem, directory, runner, "early-stopping",
-        lambda: gpar_generation_strategy(
+        lambda: generation_strategy if generation_strategy is not None else gpar_generation_strategy(
             problem.checkpoints, metric_name=problem.metric, num_sobol_trials=num_sobol_trials,
             seed=seed, fit_kwargs=fit_kwargs, acqf_optimizer_kwargs=acqf_optimizer_kwargs,
         ), recover)
     if strategy is None:  # open_run refuses another scheduler's experiment
         raise TuneError(f"{snapshot} has no generation strategy.")
+    # GPAR's strategy also draws the report's final-value bands, whichever strategy stops.
     early_stopping = GPAREarlyStoppingStrategy(
         problem.checkpoints, metric_name=problem.metric, threshold=threshold,
         min_progression=min_epochs, fit_kwargs=fit_kwargs, seed=seed,
     )
+    stopping = early_stopping if isinstance(early_stopping_strategy, str) else early_stopping_strategy
     budget = EpochBudget(budget_epochs, problem.metric, problem.epochs)
     orchestrator = _WriteAheadOrchestrator(
         experiment=experiment,
         generation_strategy=strategy,
         options=OrchestratorOptions(
             max_pending_trials=workers,
-            early_stopping_strategy=early_stopping,
+            early_stopping_strategy=stopping,
             global_stopping_strategy=budget,
             init_seconds_between_polls=poll_seconds,  # type: ignore[arg-type]
             min_seconds_before_poll=poll_seconds,

@@ -16,10 +16,15 @@ from ax.core.arm import Arm
 from ax.core.experiment import Experiment
 from ax.core.search_space import SearchSpace
 from ax.core.trial_status import TrialStatus
+from ax.api.utils.generation_strategy_dispatch import choose_generation_strategy
+from ax.api.utils.structs import GenerationStrategyDispatchStruct
+from ax.early_stopping.strategies.base import BaseEarlyStoppingStrategy
 
 from gpar_bo.problems.toy import toy_problem
 from gpar_bo.tuning.jobs import read_job
+from gpar_bo.tuning.errors import TuneSettingsError
 from gpar_bo.tuning.loop import EpochBudget, tune
+from gpar_bo.tuning.session import trained_epochs_by_trial
 from gpar_bo.tuning.snapshot import load_snapshot
 from gpar_bo.cli import build_parser, main
 
@@ -190,3 +195,51 @@ def test_tune_cli_rejects_settings_that_cannot_run(
         main(["tune", "--scheduler", "early-stopping", "--out", str(tmp_path), "--epochs", "4", *flags])
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
     assert not any(tmp_path.iterdir())  # nothing started
+
+
+class _StopAtSecondEpoch(BaseEarlyStoppingStrategy):
+    """Stops every trial once it has reported epoch 2 (no model: its verdicts are known)."""
+
+    def _should_stop_trials_early(self, trial_indices, experiment, current_node=None):
+        trained = trained_epochs_by_trial(experiment, "error")
+        return {i: "second epoch" for i in trial_indices if trained.get(i, 0) >= 2}
+
+    def _is_harmful(self, trial_indices, experiment) -> bool:
+        return False
+
+
+def _sobol_only(seed: int):
+    return choose_generation_strategy(
+        GenerationStrategyDispatchStruct(method="random_search", initialization_random_seed=seed,
+                                         initialize_with_center=False))
+
+
+@pytest.mark.parametrize("stopping", ["given", None])
+def test_early_stopping_runs_the_given_generation_and_stopping_strategies(
+    tmp_path: Path, stopping: str | None
+) -> None:
+    out = tmp_path / "out"
+    tune(toy_problem(4), out, 12, scheduler="early-stopping", workers=2, poll_seconds=0.1,
+         progress=False, generation_strategy=_sobol_only(3),
+         early_stopping_strategy=_StopAtSecondEpoch() if stopping else None, **FAST)
+    experiment, strategy = load_snapshot(out / "snapshot.json")
+    assert strategy.name == "QuasiRandomSearch"  # not GPAR's default strategy
+    assert {trial.generator_runs[0]._generation_node_name for trial in experiment.trials.values()} == {"Sobol"}
+    jobs = [read_job(Path(t.run_metadata["progress_file"])) for t in experiment.trials.values()]
+    # The given strategy stops each trial at its 2nd epoch, which it trains no further;
+    # without one, every trial trains to its final epoch.
+    assert [j.status["status"] for j in jobs] == ["stopped" if stopping else "completed"] * len(jobs)
+    assert [j.last_step for j in jobs] == [2.0 if stopping else 4.0] * len(jobs)
+    # The budget commits a running trial's 4 epochs: stopped at 2, 4 trials fit in 12.
+    assert len(jobs) == (4 if stopping else 3)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"generation_strategy": _sobol_only(0)}, "early-stopping only"),
+    ({"early_stopping_strategy": None}, "early-stopping only"),
+    ({"scheduler": "early-stopping", "early_stopping_strategy": "percentile"}, "must be 'gpar', None or"),
+])
+def test_tune_refuses_strategies_it_cannot_use(tmp_path: Path, options: dict, message: str) -> None:
+    with pytest.raises(TuneSettingsError, match=message):
+        tune(toy_problem(4), tmp_path / "out", 12, progress=False, **options)
+    assert not (tmp_path / "out").exists()  # refused before anything starts

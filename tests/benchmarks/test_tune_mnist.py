@@ -1,0 +1,57 @@
+"""`benchmarks.tune_mnist`: the quick variant runs the three methods, resumes, and its records hold."""
+
+import json
+
+import pytest
+
+from benchmarks import tune_mnist as bench
+
+
+def test_quick_benchmark_writes_report_resumes_and_keeps_its_invariants(tmp_path):
+    bench.main(["--quick", "--out", str(tmp_path)])
+    runs = tmp_path / bench.RUNS_FILE
+    records = [json.loads(x) for x in runs.read_text().splitlines()]
+    assert sorted(r["method"] for r in records) == sorted(bench.METHODS)
+    for suffix in ("md", "csv", "json", "png"):
+        assert (tmp_path / f"tune_mnist.{suffix}").stat().st_size > 0
+    settings = bench.QUICK
+    for r in records:
+        assert 0 < r["epochs_trained"] <= settings.budget
+        assert r["epochs_trained_twice"] == 0
+        assert r["epochs_past_decision"] == 0 and r["runs_past_decision"] == 0
+        assert r["tuner_cpu_s"] > 0 and r["wall_s"] > 0
+    for r in records:
+        if r["method"] != "freeze_thaw":  # Ax's arms train full runs: each ends with a final value
+            assert r["trials_reaching_final_epoch"] == r["trials_started"] == r["completed"]
+            assert 0 <= r["best_final_val_error"] <= 1
+    pauser = next(r for r in records if r["method"] == "freeze_thaw")
+    assert pauser["stop_pause_verdicts"] > 0  # its decisions were checked, not skipped
+    report = json.loads((tmp_path / "tune_mnist.json").read_text())
+    assert report["command"].endswith("--quick --out " + str(tmp_path))
+    finals = {r["method"]: r["best_final_val_error"] for r in records}
+    for other in ("ax_default", "ax_percentile"):  # a missing final value (NaN) is a loss
+        assert report["wins"][other] == int(finals["freeze_thaw"] < finals[other])
+
+    bench.main(["--quick", "--out", str(tmp_path)])
+    assert len(runs.read_text().splitlines()) == 3  # resumed: nothing rerun
+
+
+def test_epochs_past_decision_counts_what_a_job_reported_after_its_checkpoint():
+    def epoch(k):
+        return {"step": k, "values": {"val_error": 0.5}}
+
+    lines = [{"trial": 0}, {"started": {}}, epoch(1), epoch(2), {"status": "paused", "step": 2},
+             {"started": {}}, epoch(3), epoch(4), {"status": "stopped", "step": 4}]
+    assert bench.epochs_past_decision(lines, 2) == 0  # paused at the checkpoint of the decision
+    assert bench.epochs_past_decision(lines, 3) == 1  # stopped one epoch after it
+    assert bench.epochs_past_decision(lines, None) is None
+    with pytest.raises(ValueError, match="not in the progress file"):
+        bench.epochs_past_decision(lines, 7)
+
+
+def test_a_second_writer_is_refused(tmp_path):
+    from benchmarks.report import exclusive
+
+    with exclusive(tmp_path / bench.RUNS_FILE), pytest.raises(SystemExit, match="error:"):
+        bench.main(["--quick", "--out", str(tmp_path)])
+    assert not (tmp_path / bench.RUNS_FILE).exists()
