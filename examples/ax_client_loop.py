@@ -9,7 +9,7 @@ from gpar_bo.synthetic import learning_curves  # toy validation-error curves
 EPOCHS = [1, 2, 4, 8, 16]  # the progressions at which the metric is reported
 # Optional: smaller fitting/acquisition budgets than BoTorch's defaults (several times faster).
 EFFORT = {"fit_kwargs": {"optimizer_kwargs": {"options": {"maxiter": 75}}},
-          "acqf_optimizer_kwargs": {"num_restarts": 4, "raw_samples": 256}}
+          "acqf_optimizer_kwargs": {"num_restarts": 2, "raw_samples": 128}}
 torch.set_num_threads(1)
 
 client = GPARClient(random_seed=0)  # Ax's Client; also saves its early-stopping strategy

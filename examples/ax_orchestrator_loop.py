@@ -13,7 +13,7 @@ from gpar_bo.tuning.runner import CurveMetric, CurveRunner
 
 EPOCHS = list(range(1, 9))
 EFFORT = {"fit_kwargs": {"optimizer_kwargs": {"options": {"maxiter": 75}}},
-          "acqf_optimizer_kwargs": {"num_restarts": 4, "raw_samples": 256}}
+          "acqf_optimizer_kwargs": {"num_restarts": 2, "raw_samples": 128}}
 
 if __name__ == "__main__":  # trials run in spawned worker processes
     torch.set_num_threads(1)
@@ -37,7 +37,7 @@ if __name__ == "__main__":  # trials run in spawned worker processes
             init_seconds_between_polls=1, seconds_between_polls_backoff_factor=1.0),
     )
     try:
-        orchestrator.run_n_trials(max_trials=8)
+        orchestrator.run_n_trials(max_trials=6)
     finally:
         experiment.runner.shutdown()
     for index, trial in experiment.trials.items():

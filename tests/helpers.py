@@ -29,8 +29,11 @@ def tolerance(
     return {k: max(float64.get(k, 0.0), v) for k, v in FLOAT32_TOLERANCE.items()}
 
 
-def fit(model: GPARModel) -> GPARModel:
-    fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model))
+def fit(model: GPARModel, maxiter: int | None = None) -> GPARModel:
+    """Fit ``model``; ``maxiter`` caps each conditional's L-BFGS iterations (for tests
+    that need fitted, not converged, hyperparameters)."""
+    kwargs = {} if maxiter is None else {"optimizer_kwargs": {"options": {"maxiter": maxiter}}}
+    fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model), **kwargs)
     return model
 
 

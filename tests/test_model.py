@@ -223,7 +223,7 @@ def test_denoise_feeds_posterior_means_forward(dtype: torch.dtype) -> None:
 def test_state_dict_round_trip_reproduces_predictions(dtype: torch.dtype) -> None:
     X, Y = partial_curves(n=30, dtype=dtype)
     for options in ({}, {"denoise": True}):
-        model = fit(GPARModel(X, Y, **options))
+        model = fit(GPARModel(X, Y, **options), maxiter=20)  # any fitted state will do
         copy = GPARModel(X, Y, **options)
         copy.load_state_dict(model.state_dict())
         X_test = torch.rand(4, 2, 2, dtype=dtype)

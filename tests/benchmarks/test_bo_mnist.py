@@ -255,8 +255,9 @@ def test_surrogate_table_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     ] == "model,spearman"
 
 
+@pytest.mark.slow  # CI's quick variant: test_quick_cli_writes_and_resumes and test_model_methods
 def test_quick_mode_runs_every_method_and_the_surrogate_table(tmp_path: Path) -> None:
-    """The CI smoke test of the whole benchmark: ``bo_mnist.py --quick``."""
+    """The smoke test of the whole benchmark: ``bo_mnist.py --quick``."""
     from benchmarks.bo.model_methods import MODEL_METHODS
 
     result = bo_mnist.main(["--quick", "--out", str(tmp_path)])
