@@ -1,4 +1,5 @@
-"""Shared fixtures: one thread for small fits, the dtype, and a fitted curve model."""
+"""Shared fixtures: one thread for small fits, a seeded random stream, the dtype, and a
+fitted curve model."""
 
 from __future__ import annotations
 
@@ -13,6 +14,13 @@ from tests.helpers import DTYPES, EPOCHS, fit, partial_curves
 def _single_thread() -> None:
     # Small GP fits are faster on one thread on 2-core machines.
     torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _seeded() -> None:
+    # Every test draws the same numbers whichever worker runs it and whatever ran before
+    # it there (pytest-xdist distributes tests differently from run to run).
+    torch.manual_seed(0)
 
 
 @pytest.fixture(scope="module", params=DTYPES, ids=lambda dtype: str(dtype).split(".")[-1])

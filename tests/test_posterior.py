@@ -233,8 +233,9 @@ def test_shared_block_is_drawn_once_per_acquisition_and_stays_exact(
     )
     baseline = model.train_X[:12]
     base = torch.randn(16, 1, 13, 5, dtype=dtype, generator=torch.Generator().manual_seed(5))
+    generator = torch.Generator().manual_seed(6)
     for call in range(3):
-        candidates = torch.rand(4, 1, 2, dtype=dtype).requires_grad_(True)
+        candidates = torch.rand(4, 1, 2, dtype=dtype, generator=generator).requires_grad_(True)
         X = torch.cat([baseline.expand(4, 12, 2), candidates], dim=1)
         batched = model.posterior(X).rsample_from_base_samples(torch.Size([16]), base)
         batched[..., -1].sum().backward()
