@@ -1,6 +1,6 @@
 """Tune your own training function: a job and its search-space file.
 
-``gpar-bo tune --job tune_your_job:train --space tune_your_job_space.json`` from
+``PYTHONPATH=. gpar-bo tune --job tune_your_job:train --space tune_your_job_space.json`` from
 this folder runs the same tuning; this script does it from Python on a tiny budget.
 """
 

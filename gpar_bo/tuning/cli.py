@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import signal
 import sys
 from pathlib import Path
@@ -144,10 +143,6 @@ def _problem(args: argparse.Namespace) -> TuningProblem:
             "file sets the epochs; its train_kwargs, the job's own settings).")
     from gpar_bo.tuning.space import problem_from_space
 
-    # A job module in the working directory imports, as with `python -m`; spawned
-    # workers inherit this path.
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
     return problem_from_space(args.job, args.space)
 
 

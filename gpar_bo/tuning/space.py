@@ -69,7 +69,8 @@ def load_job(job: str) -> Any:
         raise TuneSettingsError(f"Job {job}: module {module!r} has no {name!r}.") from None
     except Exception as error:  # the user's module: any import-time error is theirs
         raise TuneSettingsError(
-            f"Job {job}: cannot import {module!r}: {type(error).__name__}: {error}") from None
+            f"Job {job}: cannot import {module!r}: {type(error).__name__}: {error} (a module "
+            "in the working directory needs PYTHONPATH=.)") from None
     if not callable(function):
         raise TuneSettingsError(f"Job {job}: {name!r} is not callable "
                                 f"(a {type(function).__name__}).")
