@@ -198,7 +198,10 @@ class GPARPosterior(MomentsPosterior):
 
         Returns:
             A ``q`` bool tensor, True at the points shared by all t-batches (all
-            False unless the normals are broadcast over the t-batches).
+            False unless the normals are broadcast over the t-batches, and in
+            float32: conditioning on a shared block goes through the inverse of
+            its posterior covariance, whose float32 round-off, relative to the
+            prior's scale, swamps the small posterior variances at observed points).
         """
         q = self.X.shape[-2]
         batch_dims = range(sample_ndim, base_samples.dim() - 2)
@@ -206,7 +209,7 @@ class GPARPosterior(MomentsPosterior):
         broadcast = all(
             base_samples.shape[i] == 1 or base_samples.stride(i) == 0 for i in batch_dims
         )
-        if self.X.dim() < 3 or not broadcast:
+        if self.X.dim() < 3 or not broadcast or self.X.dtype != torch.float64:
             return torch.zeros(q, dtype=torch.bool, device=self.device)
         flat = self.X.detach().reshape(-1, q, self.X.shape[-1])
         return (flat == flat[:1]).all(-1).all(0)

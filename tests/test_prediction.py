@@ -131,9 +131,12 @@ def test_predictor_matches_gpytorchs_posterior(conventions: str, num_inducing: i
     predictor = ConditionalPredictor(gp, inputs)
     _, y_std = output_scaling(gp)
     generator = torch.Generator().manual_seed(5)
-    tolerance = {} if dtype == torch.float64 else {"rtol": 1e-3, "atol": 1e-4}
     for shape in [(3, 4), (2, 3, 4)]:
         Z = torch.rand(*shape, 3, generator=generator, dtype=torch.double).to(dtype)
+        # Posterior covariances are prior minus explained covariance: in float32 both
+        # routes carry round-off relative to the prior variance, not to the result.
+        prior = predictor.kernel(gp.input_transform(Z), diag=True).detach().max() * y_std**2
+        tolerance = {} if dtype == torch.float64 else {"rtol": 1e-3, "atol": 1e-3 * float(prior)}
         mean, covar = predictor(Z)
         _, variance = predictor(Z, joint=False)
         # GPyTorch's SGPR adds a FITC-like diagonal correction by default; Titsias'
