@@ -8,6 +8,8 @@ processes through ``CurveRunner``.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -221,3 +223,14 @@ def test_shutdown_keeps_a_stop_the_job_has_not_read_yet(tmp_path: Path) -> None:
         runner.shutdown()  # at once: Ax marks the trial stopped as soon as stop() returns
     job = read_job(runner.progress_file(trial.index))
     assert job.status == {"status": "stopped", "step": 1.0, "reason": "GPAR"}
+
+
+def test_a_training_worker_loads_neither_botorch_nor_ax() -> None:
+    # Every job process imports the jobs' protocol; gpar_bo's public names load on first use.
+    code = ("import sys, gpar_bo.tuning.jobs, gpar_bo.problems.toy; "
+            "print(sorted(m for m in ('botorch', 'gpytorch', 'ax') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True, cwd=Path(__file__).resolve().parents[2])
+    assert result.stdout.strip() == "[]"
+    from gpar_bo import GPARModel  # the public names still import
+    assert GPARModel.__module__ == "gpar_bo.model"
