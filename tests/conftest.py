@@ -29,19 +29,25 @@ def dtype(request: pytest.FixtureRequest) -> torch.dtype:
     return request.param
 
 
+@pytest.fixture(scope="session")
+def _curve_model_state() -> dict:
+    """The state of a GPAR fitted (in float64) to ``partial_curves()``, fitted once per
+    session: the fit is the slow part of every module's ``curve_model``."""
+    torch.set_num_threads(1)
+    X, Y = partial_curves()
+    return fit(GPARModel(X, Y, output_names=EPOCHS)).state_dict()
+
+
 @pytest.fixture(scope="module")
-def curve_model(dtype: torch.dtype) -> GPARModel:
+def curve_model(dtype: torch.dtype, _curve_model_state: dict) -> GPARModel:
     """A GPAR fitted to partial learning curves, predicting in ``dtype``.
 
     Fitted in float64 and loaded into a model on the same data in ``dtype``, so
     that both dtypes predict with the same hyperparameters (float32 fits, which
-    land in other optima, are tested in test_model.py).
+    land in other optima, are tested in test_model.py). Each module gets its own
+    model, so no module sees another's changes.
     """
-    torch.set_num_threads(1)
     X, Y = partial_curves()
-    fitted = fit(GPARModel(X, Y, output_names=EPOCHS))
-    if dtype == torch.float64:
-        return fitted
     model = GPARModel(X.to(dtype), Y.to(dtype), output_names=EPOCHS)
-    model.load_state_dict(fitted.state_dict())
+    model.load_state_dict(_curve_model_state)
     return model.eval()

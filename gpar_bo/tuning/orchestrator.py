@@ -7,7 +7,11 @@ verdict (:mod:`gpar_bo.tuning.jobs`). Ax's ``Orchestrator`` gives none, so
 1. before the poll, it notes the jobs waiting and the step each waits after;
 2. the poll (Ax's own) reads statuses, fetches every step reported, the noted ones
    included, and lets the early-stopping strategy stop trials: a stopped job gets
-   "stop" while it waits, so it trains no epoch past the checkpoint of the decision;
+   "stop" while it waits, so it trains no epoch past the checkpoint of the decision.
+   Jobs that train are not offered to the strategy: they were told to continue on the
+   data it has, and a stop reaching one mid-epoch would land a checkpoint late (at the
+   final one, a completed run recorded as stopped). They are judged at their next
+   checkpoint;
 3. every noted job the strategy did not stop, and still waiting at the same step,
    gets "continue";
 4. trials whose job paused without being asked (no verdict came within the timeout,
@@ -34,6 +38,15 @@ class VerdictOrchestrator(Orchestrator):
     Used exactly like Ax's ``Orchestrator``; with any other runner it is that class.
     """
 
+    _training: set[int] | None = None  # during a poll: the trials whose job trains
+
+    @property
+    def running_trial_indices(self) -> set[int]:
+        """The running trials; during a poll, those whose job does not train (Ax's poll
+        offers these to the early-stopping strategy)."""
+        running = super().running_trial_indices
+        return running if self._training is None else running - self._training
+
     def poll_and_process_results(self, poll_all_trial_statuses: bool = False) -> bool:
         runner = self.experiment.runner
         if not isinstance(runner, CurveRunner):
@@ -41,7 +54,11 @@ class VerdictOrchestrator(Orchestrator):
         running = [t for t in self.experiment.trials.values() if t.status == TrialStatus.RUNNING]
         # Noted before the poll's fetch, so the stopping strategy has seen these steps.
         waiting = runner.awaiting(running)
-        changed = super().poll_and_process_results(poll_all_trial_statuses)
+        self._training = runner.training(running)
+        try:
+            changed = super().poll_and_process_results(poll_all_trial_statuses)
+        finally:
+            self._training = None
         for index, step in waiting.items():
             trial = self.experiment.trials[index]
             if trial.status == TrialStatus.RUNNING and runner.awaiting([trial]).get(index) == step:

@@ -328,6 +328,15 @@ class CurveRunner(Runner):
             return None  # answered: the job trains on or is ending
         return step
 
+    def training(self, trials: Iterable[BaseTrial]) -> set[int]:
+        """The trials whose job trains: live and not waiting for a verdict (its data ends
+        a checkpoint short of the one it reports next). Empty when jobs await no
+        verdicts (``verdict_timeout=None``): then every live job trains."""
+        if self.verdict_timeout is None:
+            return set()
+        return {trial.index for trial in trials if self._live(trial.index) and self._awaited_step(
+            trial.index, read_job(self.progress_file(trial.index))) is None}
+
     def awaiting(self, trials: Iterable[BaseTrial]) -> dict[int, float]:
         """Trial index -> step, for the trials whose job waits for a verdict after that
         step (it reported the step and trains no further until :meth:`verdict`)."""

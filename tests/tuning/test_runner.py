@@ -14,6 +14,7 @@ from ax.core.parameter import ParameterType, RangeParameter
 from ax.core.search_space import SearchSpace
 from ax.core.trial import Trial
 from ax.core.trial_status import TrialStatus
+from ax.early_stopping.strategies.base import BaseEarlyStoppingStrategy
 from ax.orchestration.orchestrator import OrchestratorOptions
 
 from gpar_bo.ax import GPAREarlyStoppingStrategy, gpar_generation_strategy
@@ -192,6 +193,45 @@ def test_orchestrator_runs_gpar_with_early_stopping(tmp_path: Path) -> None:
         stopped].tolist() == steps[stopped].tolist()  # nothing came in after the stop
     completed = [t.index for t in trials if t.status == TrialStatus.COMPLETED]
     assert completed and all(steps[i] == len(EPOCHS) for i in completed)
+
+
+class _RecordingStrategy(BaseEarlyStoppingStrategy):
+    """Stops nothing; records the trials offered and, of all running ones, those that trained."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.offers: list[tuple[set[int], set[int], set[int]]] = []
+
+    def _should_stop_trials_early(self, trial_indices, experiment, current_node=None):
+        runner = experiment.runner
+        running = [t for t in experiment.trials.values() if t.status == TrialStatus.RUNNING]
+        offered = [experiment.trials[i] for i in trial_indices]
+        self.offers.append((set(trial_indices), runner.training(offered), runner.training(running)))
+        return {}
+
+    def _is_harmful(self, trial_indices, experiment) -> bool:
+        return False
+
+
+def test_orchestrator_offers_only_jobs_at_a_checkpoint_to_early_stopping(tmp_path: Path) -> None:
+    # A stop reaching a job mid-epoch lands a checkpoint late (at the final one, a completed
+    # run recorded as stopped), so only jobs that wait for a verdict are offered.
+    experiment = make_experiment(tmp_path, seconds_per_epoch=0.25, max_workers=2)
+    recording = _RecordingStrategy()
+    orchestrator = Orchestrator(experiment, gpar_generation_strategy(EPOCHS, seed=0),
+                                OrchestratorOptions(
+        max_pending_trials=2, early_stopping_strategy=recording,
+        init_seconds_between_polls=0.1, min_seconds_before_poll=0.1,
+        seconds_between_polls_backoff_factor=1.0))
+    try:
+        orchestrator.run_n_trials(max_trials=2)
+    finally:
+        experiment.runner.shutdown()
+    assert all(t.status == TrialStatus.COMPLETED for t in experiment.trials.values())
+    assert any(offered for offered, _, _ in recording.offers)
+    assert all(not training for _, training, _ in recording.offers)
+    assert any(training for _, _, training in recording.offers)  # some were held back
+    assert orchestrator.running_trial_indices == set()  # outside a poll: Ax's own
 
 
 def test_sql_storage_of_runner_metric_and_strategy(tmp_path: Path) -> None:
