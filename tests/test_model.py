@@ -70,11 +70,20 @@ def test_log_evidence_is_the_gaussian_marginal_likelihood(dtype: torch.dtype) ->
     torch.testing.assert_close(model.log_evidence().detach(), expected.detach(), **tolerance(dtype))
 
 
-def test_gpar_beats_independent_gps_on_the_paper_synthetic_problem(dtype: torch.dtype) -> None:
+#: Paper claims as seeded reference runs: CI runs the first seeds, every one of which must
+#: win; ``-m slow`` runs all of them against the claim's own bar.
+QUICK_SEEDS = 3
+
+
+@pytest.mark.parametrize(("seeds", "min_wins"), [
+    (QUICK_SEEDS, QUICK_SEEDS), pytest.param(5, 4, marks=pytest.mark.slow)], ids=["quick", "full"])
+def test_gpar_beats_independent_gps_on_the_paper_synthetic_problem(
+    dtype: torch.dtype, seeds: int, min_wins: int,
+) -> None:
     wins = 0
     x_test = torch.linspace(0, 1, 200, dtype=dtype).unsqueeze(-1)
     truth = three_output_function(x_test)[:, 2]
-    for seed in range(5):
+    for seed in range(seeds):
         generator = torch.Generator().manual_seed(seed)
         x = torch.rand(30, 1, generator=generator, dtype=dtype)
         noise = math.sqrt(0.05) * torch.randn(30, 3, generator=generator, dtype=dtype)
@@ -85,12 +94,14 @@ def test_gpar_beats_independent_gps_on_the_paper_synthetic_problem(dtype: torch.
             gpar_mean = gpar.posterior(x_test.unsqueeze(-2)).mean[:, 0, 2]
             igp_mean = igp.posterior(x_test.unsqueeze(-2)).mean[:, 0, 2]
         wins += _smse(gpar_mean, truth) < _smse(igp_mean, truth)
-    assert wins >= 4
+    assert wins >= min_wins
 
 
+@pytest.mark.parametrize(("seeds", "min_wins"), [
+    (QUICK_SEEDS, QUICK_SEEDS), pytest.param(8, 7, marks=pytest.mark.slow)], ids=["quick", "full"])
 @pytest.mark.parametrize("conventions", ["botorch", "paper"])
 def test_gpar_beats_independent_gps_on_figure_3_with_default_starting_values(
-    conventions: str,
+    conventions: str, seeds: int, min_wins: int,
 ) -> None:
     # Figure 3 as in the authors' script: 30 evenly spaced points, noise standard
     # deviation 0.1. From BoTorch's starting length scales alone, y1's fit stops
@@ -99,7 +110,7 @@ def test_gpar_beats_independent_gps_on_figure_3_with_default_starting_values(
     x_test = torch.linspace(0, 1, 200, dtype=torch.double).unsqueeze(-1)
     truth = three_output_function(x_test)[:, 2]
     wins = 0
-    for seed in range(8):
+    for seed in range(seeds):
         generator = torch.Generator().manual_seed(seed)
         noise = 0.1 * torch.randn(30, 3, generator=generator, dtype=torch.double)
         y = three_output_function(x) + noise
@@ -109,7 +120,7 @@ def test_gpar_beats_independent_gps_on_figure_3_with_default_starting_values(
             gpar_mean = gpar.posterior(x_test.unsqueeze(-2)).mean[:, 0, 2]
             igp_mean = igp.posterior(x_test.unsqueeze(-2)).mean[:, 0, 2]
         wins += _smse(gpar_mean, truth) < _smse(igp_mean, truth)
-    assert wins >= 7
+    assert wins >= min_wins
 
 
 def test_small_conditionals_keep_the_best_of_several_starts(

@@ -17,14 +17,12 @@ from ax.core.trial_status import TrialStatus
 from ax.early_stopping.strategies.base import BaseEarlyStoppingStrategy
 from ax.orchestration.orchestrator import OrchestratorOptions
 
-from gpar_bo.ax import GPAREarlyStoppingStrategy, gpar_generation_strategy
-from gpar_bo.tuning.jobs import read_job, read_progress, read_verdict, run_training_job
+from gpar_bo.ax import gpar_generation_strategy
+from gpar_bo.tuning.jobs import read_progress, read_verdict, run_training_job
 from gpar_bo.tuning.orchestrator import VerdictOrchestrator as Orchestrator
 from gpar_bo.tuning.runner import INTERRUPTED, CurveMetric, CurveRunner
 
 EPOCHS = list(range(1, 9))
-FIT = {"optimizer_kwargs": {"options": {"maxiter": 50}}}
-ACQF = {"num_restarts": 2, "raw_samples": 64, "options": {"maxiter": 30}}
 TOY = "gpar_bo.problems.toy:train_toy_curves"
 
 
@@ -155,44 +153,6 @@ def test_dask_local_cluster_runs_trials(tmp_path: Path) -> None:
         experiment.runner.shutdown()
     assert all(t.status == TrialStatus.COMPLETED for t in experiment.trials.values())
     assert len(experiment.lookup_data().full_df) == 2 * len(EPOCHS)
-
-
-def test_orchestrator_runs_gpar_with_early_stopping(tmp_path: Path) -> None:
-    experiment = make_experiment(tmp_path, seconds_per_epoch=0.15, max_workers=2)
-    strategy = gpar_generation_strategy(EPOCHS, num_sobol_trials=4, seed=0, fit_kwargs=FIT,
-                                        acqf_optimizer_kwargs=ACQF)
-    # A high threshold makes stopping near-certain on this problem. The jobs wait for a
-    # verdict after every epoch (VerdictOrchestrator gives them after early stopping).
-    early_stopping = GPAREarlyStoppingStrategy(EPOCHS, threshold=0.3, min_progression=3,
-                                               fit_kwargs=FIT)
-    orchestrator = Orchestrator(experiment, strategy, OrchestratorOptions(
-        max_pending_trials=2, early_stopping_strategy=early_stopping,
-        init_seconds_between_polls=0.2, min_seconds_before_poll=0.2,
-        seconds_between_polls_backoff_factor=1.0))
-    try:
-        orchestrator.run_n_trials(max_trials=6)
-    finally:
-        experiment.runner.shutdown()
-    trials = experiment.trials.values()
-    nodes = [t.generator_runs[0]._generation_node_name for t in trials]
-    assert "GPAR" in nodes
-    df = experiment.lookup_data().full_df
-    steps = df.groupby("trial_index")["step"].max()
-    stopped = [t.index for t in trials if t.status == TrialStatus.EARLY_STOPPED]
-    assert stopped, "no trial was stopped"
-    # A stopped job trains no epoch past the one the decision was taken on: its progress
-    # file ends at the step the stopping strategy saw (the data Ax had when it stopped it),
-    # even though its epochs take a fraction of a poll interval.
-    for i in stopped:
-        job = read_job(experiment.trials[i].run_metadata["progress_file"])
-        assert [s for s, _ in job.steps] == list(range(1, int(steps[i]) + 1))
-        assert job.status["status"] == "stopped" and job.status["step"] == steps[i] >= 3
-        assert steps[i] < len(EPOCHS)
-    experiment.fetch_data()
-    assert experiment.lookup_data().full_df.groupby("trial_index")["step"].max()[
-        stopped].tolist() == steps[stopped].tolist()  # nothing came in after the stop
-    completed = [t.index for t in trials if t.status == TrialStatus.COMPLETED]
-    assert completed and all(steps[i] == len(EPOCHS) for i in completed)
 
 
 class _RecordingStrategy(BaseEarlyStoppingStrategy):
