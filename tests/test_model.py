@@ -184,7 +184,9 @@ def test_every_kernel_family_fits_and_predicts(
 ) -> None:
     X, Y = partial_curves(n=25, dtype=dtype)
     matern = family is KernelFamily.NL  # one family also covers the Matern-5/2 kernel on x
-    model = fit(GPARModel(X, Y, kernel=family, conventions=conventions, use_rbf_kernel=not matern))
+    # Every family's fit runs; how well it converges is the paper claims' test.
+    model = fit(GPARModel(X, Y, kernel=family, conventions=conventions, use_rbf_kernel=not matern),
+                maxiter=30)
     posterior = model.posterior(torch.rand(3, 1, 2, dtype=dtype))
     assert torch.isfinite(posterior.mean).all()
     assert (posterior.variance > 0).all()

@@ -16,10 +16,10 @@ from gpar_bo.curve_model import LogIncrements, curve_model_options
 from gpar_bo.synthetic import learning_curves
 
 EPOCHS = [1, 2, 4, 8, 16]
-# Small optimiser budgets keep each GPAR generation to a few seconds.
+# Small optimiser budgets keep each GPAR generation short: the Ax plumbing is under test.
 FAST = {
-    "fit_kwargs": {"optimizer_kwargs": {"options": {"maxiter": 50}}},
-    "acqf_optimizer_kwargs": {"num_restarts": 2, "raw_samples": 64, "options": {"maxiter": 30}},
+    "fit_kwargs": {"optimizer_kwargs": {"options": {"maxiter": 20}}},
+    "acqf_optimizer_kwargs": {"num_restarts": 1, "raw_samples": 32, "options": {"maxiter": 15}},
 }
 
 

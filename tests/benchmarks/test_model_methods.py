@@ -154,7 +154,7 @@ EARLY_STOPPING = {"ax_percentile_es": 80, "gpar_es": 40}
 @pytest.mark.parametrize("name", [m for m in MODEL_METHODS if m not in EARLY_STOPPING])
 def test_methods_run_deterministically_on_remaining_settings(name: str) -> None:
     problem = short_problem()
-    traces = [simulate(MODEL_METHODS[name](), problem, seed=1, budget=60) for _ in range(2)]
+    traces = [simulate(MODEL_METHODS[name](), problem, seed=1, budget=40) for _ in range(2)]
     assert traces[0].trials == traces[1].trials
     settings = [t["setting"] for t in traces[0].trials]
     assert len(set(settings)) == len(settings)  # the harness also rejects repeats

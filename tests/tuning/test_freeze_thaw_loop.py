@@ -29,7 +29,9 @@ from tests.helpers import without_bands
 from tests.tuning.fake_runner import Crash, FakeRunner, fake_registries
 
 EPOCHS = 4
-RUN = {"poll_seconds": 0.0, "progress": False, "report_seconds": 1e9}
+#: The loop, not the quality of GPAR's fits, is under test: fits get a small budget.
+RUN = {"poll_seconds": 0.0, "progress": False, "report_seconds": 1e9,
+       "fit_kwargs": {"optimizer_kwargs": {"options": {"maxiter": 20}}}}
 
 
 @pytest.fixture(autouse=True)

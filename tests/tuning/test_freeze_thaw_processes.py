@@ -25,7 +25,9 @@ from gpar_bo.tuning.snapshot import load_snapshot
 from tests.helpers import without_bands
 
 EPOCHS, BUDGET, SECONDS = 4, 18, 0.1
-RUN = {"workers": 2, "poll_seconds": 0.1, "progress": False}
+#: The processes, not the quality of GPAR's fits, are under test: fits get a small budget.
+RUN = {"workers": 2, "poll_seconds": 0.1, "progress": False,
+       "fit_kwargs": {"optimizer_kwargs": {"options": {"maxiter": 20}}}}
 
 
 def _jobs(out: Path) -> dict[int, object]:
