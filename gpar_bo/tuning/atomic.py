@@ -13,7 +13,7 @@ import shutil
 import threading
 from pathlib import Path
 
-__all__ = ["atomic_write_bytes", "atomic_write_text"]
+__all__ = ["atomic_rename", "atomic_write_bytes", "atomic_write_text"]
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -63,3 +63,9 @@ def atomic_write_bytes(path: str | Path, data: bytes, backup: str | Path | None 
         os.replace(staged, backup)
     os.replace(temporary, path)
     _fsync_directory(path.parent)
+
+
+def atomic_rename(source: str | Path, target: str | Path) -> None:
+    """Rename ``source`` over ``target`` atomically, and durably (the directory too)."""
+    os.replace(source, target)
+    _fsync_directory(Path(target).parent)

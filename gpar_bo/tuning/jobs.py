@@ -11,8 +11,11 @@ resumable: the runner passes it a directory of its own (``runs/trial_<i>/``). At
 checkpoint the job saves its whole state there (weights, optimiser, scheduler, RNG
 states, the epoch) *before* it calls ``report``, and at start it loads that state when
 present and continues at the next epoch. :func:`save_checkpoint` and
-:func:`load_checkpoint` do the saving atomically; any format works as long as the job
-reads what it wrote. A job without ``checkpoint_dir`` can be stopped, not paused.
+:func:`load_checkpoint` do the saving atomically, and commit each checkpoint with its
+report: a job killed between the two resumes from the checkpoint before and trains that
+epoch again, so no reported epoch is lost and none is reported twice. Any other format
+works as long as the job reads what it wrote, without that guarantee for a kill between
+its save and its report. A job without ``checkpoint_dir`` can be stopped, not paused.
 
 **The progress file** (``runs/trial_<i>.jsonl``) is created by the runner, exclusively
 (an existing file is never overwritten), with a header line naming the trial and its
@@ -53,14 +56,15 @@ import socket
 import time
 import traceback
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpar_bo.tuning.atomic import atomic_write_bytes, atomic_write_text
+from gpar_bo.tuning.atomic import atomic_rename, atomic_write_bytes, atomic_write_text
 
 __all__ = [
-    "CHECKPOINT_FILE",
+    "STAGED_CHECKPOINT",
     "DEFAULT_VERDICT_TIMEOUT",
     "INTERRUPTED",
     "JobRecord",
@@ -96,8 +100,13 @@ DEFAULT_VERDICT_TIMEOUT = 300.0
 #: "interrupted" all mean that (see :func:`is_interrupted`).
 INTERRUPTED = "interrupted: the tuning process stopped or lost this job"
 
-#: The file :func:`save_checkpoint` writes in a job's checkpoint directory.
-CHECKPOINT_FILE = "checkpoint.pt"
+#: The file :func:`save_checkpoint` writes in a job's checkpoint directory. The job's
+#: next report commits it as ``checkpoint-<step>.pt`` (see :func:`load_checkpoint`).
+STAGED_CHECKPOINT = "checkpoint.staged.pt"
+_COMMITTED = "checkpoint-{}.pt"
+
+#: The progress file of the job running in this thread (set by :func:`run_training_job`).
+_PROGRESS_FILE: ContextVar[Path | None] = ContextVar("gpar_bo_progress_file", default=None)
 
 
 def is_interrupted(reason: str | None) -> bool:
@@ -141,25 +150,71 @@ def accepts_checkpoint_dir(function: Callable[..., Any]) -> bool:
 def save_checkpoint(checkpoint_dir: str | Path, state: Mapping[str, Any]) -> None:
     """Save a job's state (tensors, ``state_dict``\\ s, numbers, lists, dicts) atomically.
 
-    A job killed at any moment leaves the previous checkpoint or this one, never a
-    partial file. Call it at every checkpoint *before* ``report``.
+    Call it at every checkpoint *before* ``report``: the state is staged, and the
+    report commits it together with the step (see :func:`load_checkpoint`). A job
+    killed at any moment leaves whole files, never a partial one.
     """
     import torch
 
     buffer = io.BytesIO()
     torch.save(dict(state), buffer)
     Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(Path(checkpoint_dir) / CHECKPOINT_FILE, buffer.getvalue())
+    atomic_write_bytes(Path(checkpoint_dir) / STAGED_CHECKPOINT, buffer.getvalue())
+
+
+def _committed_checkpoints(directory: Path) -> dict[float, Path]:
+    """Step -> file of the checkpoints committed in ``directory``."""
+    prefix, suffix = _COMMITTED.split("{}")
+    found = {}
+    for path in directory.glob(_COMMITTED.format("*")):
+        try:
+            found[float(path.name[len(prefix):-len(suffix)])] = path
+        except ValueError:
+            continue
+    return found
+
+
+def _commit_checkpoint(checkpoint_dir: str | None, step: float) -> None:
+    """Give the staged checkpoint (if any) the step it was saved for. The step is
+    committed, with this checkpoint, once its line is in the progress file."""
+    if checkpoint_dir is None:
+        return
+    staged = Path(checkpoint_dir) / STAGED_CHECKPOINT
+    if staged.exists():
+        atomic_rename(staged, Path(checkpoint_dir) / _COMMITTED.format(repr(float(step))))
+
+
+def _drop_checkpoints_before(checkpoint_dir: str | None, step: float) -> None:
+    if checkpoint_dir is not None:
+        for saved, path in _committed_checkpoints(Path(checkpoint_dir)).items():
+            if saved != float(step):
+                path.unlink(missing_ok=True)
 
 
 def load_checkpoint(checkpoint_dir: str | Path | None) -> dict[str, Any] | None:
-    """The state :func:`save_checkpoint` saved last, or None (no directory or no save)."""
+    """The state to resume from, or None (no directory, or nothing to resume).
+
+    In a job run by :func:`run_training_job`: the checkpoint of the latest step in
+    its progress file. A checkpoint saved but not reported (the job was killed in
+    between) is not used: the job resumes from the one before and trains that epoch
+    again, so no reported epoch is lost and none is reported twice. Elsewhere: the
+    state :func:`save_checkpoint` saved last.
+    """
     import torch
 
     if checkpoint_dir is None:
         return None
-    path = Path(checkpoint_dir) / CHECKPOINT_FILE
-    if not path.exists():
+    directory = Path(checkpoint_dir)
+    committed = _committed_checkpoints(directory)
+    progress = _PROGRESS_FILE.get()
+    if progress is None:
+        staged = directory / STAGED_CHECKPOINT
+        path = staged if staged.exists() else committed[max(committed)] if committed else None
+    else:
+        reported = {step for step, _ in read_job(progress).steps}
+        resumable = [step for step in committed if step in reported]
+        path = committed[max(resumable)] if resumable else None
+    if path is None:
         return None
     # weights_only: a checkpoint holds tensors and plain containers, never code.
     return torch.load(path, map_location="cpu", weights_only=True)
@@ -357,7 +412,9 @@ def run_training_job(
     def report(step: float, values: Mapping[str, float]) -> bool:
         if outcome:
             return True  # the job was told to end and reports on: nothing more counts
+        _commit_checkpoint(checkpoint_dir, step)
         _append(progress, {"step": step, "values": {k: float(v) for k, v in values.items()}})
+        _drop_checkpoints_before(checkpoint_dir, step)
         if final_step is not None and step >= final_step:
             return False  # a full run: it completes, whatever was decided meanwhile
         verdict = _wait_for_verdict(verdicts, step, verdict_timeout)
@@ -378,6 +435,7 @@ def run_training_job(
     if checkpoint_dir is not None:
         Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
         call_kwargs["checkpoint_dir"] = checkpoint_dir
+    token = _PROGRESS_FILE.set(progress)
     try:
         resolve(train)(dict(parameters), report, trial_index, **call_kwargs)
     except BaseException as error:
@@ -389,6 +447,8 @@ def run_training_job(
                 type(error), error, error.__traceback__.tb_next)).rstrip()
         _append(progress, record)
         raise
+    finally:
+        _PROGRESS_FILE.reset(token)
     if outcome.get("verdict") == "pause":
         _append(progress, {"status": "paused", "step": outcome["step"],
                            "reason": outcome.get("reason")})

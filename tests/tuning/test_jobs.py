@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 from ax.api.utils.instantiation.from_string import optimization_config_from_string
 from ax.core.arm import Arm
 from ax.core.experiment import Experiment
@@ -23,9 +24,11 @@ from ax.core.search_space import SearchSpace
 from ax.core.trial_status import TrialStatus
 
 from gpar_bo.problems.toy import toy_problem, train_toy_curves
+import gpar_bo.tuning.jobs as jobs_module
 from gpar_bo.tuning.jobs import (
-    CHECKPOINT_FILE,
     accepts_checkpoint_dir,
+    load_checkpoint,
+    save_checkpoint,
     read_job,
     run_training_job,
     write_verdict,
@@ -92,6 +95,40 @@ def test_a_job_waits_for_each_verdict_and_trains_no_epoch_past_a_stop(tmp_path: 
     assert read_job(progress).status == {"status": "stopped", "step": 2.0, "reason": "GPAR"}
 
 
+def test_a_job_killed_between_its_checkpoint_and_its_report_loses_no_epoch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    progress, checkpoints = tmp_path / "p.jsonl", tmp_path / "ckpt"
+    progress.write_text('{"trial": 5}\n')
+    append = jobs_module._append
+
+    def killed_at_step_2(path, record):  # noqa: ANN001, ANN202
+        if record.get("step") == 2:  # epoch 2's checkpoint is saved, its report not written
+            raise SystemExit("killed")
+        append(path, record)
+
+    monkeypatch.setattr(jobs_module, "_append", killed_at_step_2)
+    with pytest.raises(SystemExit):
+        run_training_job(TOY, {"epochs": 4}, PARAMETERS, 5, str(progress), str(tmp_path / "v"),
+                         final_step=4, checkpoint_dir=str(checkpoints))
+    assert _steps(progress) == [1.0]
+    monkeypatch.setattr(jobs_module, "_append", append)
+    assert load_checkpoint(checkpoints) == {"epoch": 2}  # outside a job: the last state saved
+    # The resumed job starts from epoch 1's checkpoint, the one its file reports.
+    run_training_job(TOY, {"epochs": 4}, PARAMETERS, 5, str(progress), str(tmp_path / "v"),
+                     final_step=4, checkpoint_dir=str(checkpoints))
+    job = read_job(progress)
+    assert job.steps == _uninterrupted(tmp_path) and job.status == {"status": "completed"}
+    assert [p.name for p in checkpoints.iterdir()] == ["checkpoint-4.0.pt"]
+
+
+def test_checkpoints_outside_a_job_load_what_was_saved_last(tmp_path: Path) -> None:
+    assert load_checkpoint(None) is None and load_checkpoint(tmp_path / "none") is None
+    save_checkpoint(tmp_path, {"epoch": 1, "w": torch.ones(2)})
+    state = load_checkpoint(tmp_path)
+    assert state["epoch"] == 1 and torch.equal(state["w"], torch.ones(2))
+
+
 def test_no_verdict_within_the_timeout_pauses_and_a_job_that_cannot_pause_stops(
     tmp_path: Path,
 ) -> None:
@@ -100,7 +137,7 @@ def test_no_verdict_within_the_timeout_pauses_and_a_job_that_cannot_pause_stops(
     job = read_job(tmp_path / "p.jsonl")
     assert result["status"] == "paused" and job.paused and _steps(tmp_path / "p.jsonl") == [1]
     assert job.status["reason"].startswith("interrupted: no verdict")
-    assert (tmp_path / "ckpt" / CHECKPOINT_FILE).exists()
+    assert [p.name for p in (tmp_path / "ckpt").iterdir()] == ["checkpoint-1.0.pt"]  # committed
     (tmp_path / "p.jsonl").unlink()
     thread, result = _start_job(tmp_path, checkpoint=False, timeout=0.3)
     thread.join(30)
