@@ -114,17 +114,20 @@ def is_interrupted(reason: str | None) -> bool:
     return bool(reason) and str(reason).startswith("interrupted")
 
 
-def exit_with_parent(parent_pid: int, poll_seconds: float = 1.0) -> None:
-    """Worker initialiser: end this process when the tuning process is gone.
+def exit_with_parent(poll_seconds: float = 1.0) -> None:
+    """Worker initialiser: end this process when its parent is gone.
 
-    A killed tuning process would otherwise leave its pool's workers behind for
-    good; a job that was running then resumes from its last checkpoint (resumable
-    jobs) or is reported FAILED (others) when the loop resumes.
+    The parent is the tuning process (``spawn``) or the fork server it started,
+    which exits with it. A killed tuning process would otherwise leave its pool's
+    workers behind for good; a job that was running then resumes from its last
+    checkpoint (resumable jobs) or is reported FAILED (others) when the loop resumes.
     """
     import threading
 
+    parent = os.getppid()
+
     def watch() -> None:
-        while os.getppid() == parent_pid:
+        while os.getppid() == parent:
             time.sleep(poll_seconds)
         os._exit(1)
 

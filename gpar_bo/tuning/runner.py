@@ -32,7 +32,6 @@ from __future__ import annotations
 import functools
 import math
 import multiprocessing
-import os
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -72,6 +71,21 @@ __all__ = ["INTERRUPTED", "CurveMetric", "CurveRunner", "json_registries", "regi
 
 
 @functools.lru_cache(maxsize=None)
+def _worker_context() -> multiprocessing.context.BaseContext:
+    """How local workers start: forked from a fresh server process that imported torch
+    once (``forkserver``), else a fresh interpreter each (``spawn``).
+
+    Never forked from the tuning process itself, which runs torch and Ax threads. The
+    server is one per tuning process, so a worker starts without importing torch again.
+    """
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    # Takes effect when the server starts (the first pool of this process).
+    context.set_forkserver_preload(["torch", "gpar_bo.tuning.jobs"])
+    return context
+
+
 def _is_resumable(train: str) -> bool:
     # Cached per function, not on the runner: Ax compares runners by their attributes.
     return accepts_checkpoint_dir(resolve(train))
@@ -194,12 +208,8 @@ class CurveRunner(Runner):
                                            processes=True, dashboard_address=None)
                     self._executor = Client(cluster)
             else:
-                # spawn: a fresh interpreter per worker; forking a process that
-                # already runs torch and Ax threads is not safe.
                 self._executor = ProcessPoolExecutor(
-                    self.max_workers, mp_context=multiprocessing.get_context("spawn"),
-                    initializer=exit_with_parent, initargs=(os.getpid(),),
-                )
+                    self.max_workers, mp_context=_worker_context(), initializer=exit_with_parent)
         return self._executor
 
     def shutdown(self, stop_running: bool = True) -> None:
