@@ -114,20 +114,27 @@ def is_interrupted(reason: str | None) -> bool:
     return bool(reason) and str(reason).startswith("interrupted")
 
 
-def exit_with_parent(poll_seconds: float = 1.0) -> None:
-    """Worker initialiser: end this process when its parent is gone.
+def exit_with_parent(tuning_pid: int, poll_seconds: float = 1.0) -> None:
+    """Worker initialiser: end this process when the tuning process ``tuning_pid`` is gone.
 
-    The parent is the tuning process (``spawn``) or the fork server it started,
-    which exits with it. A killed tuning process would otherwise leave its pool's
-    workers behind for good; a job that was running then resumes from its last
-    checkpoint (resumable jobs) or is reported FAILED (others) when the loop resumes.
+    A killed tuning process would otherwise leave its pool's workers behind for
+    good (a fork server's workers keep the server alive, and it them); a job that
+    was running then resumes from its last checkpoint (resumable jobs) or is
+    reported FAILED (others) when the loop resumes.
     """
     import threading
 
-    parent = os.getppid()
+    def alive() -> bool:
+        try:
+            os.kill(tuning_pid, 0)  # signal 0: only asks whether the process exists
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # it exists, owned by someone else
+            return True
+        return True
 
     def watch() -> None:
-        while os.getppid() == parent:
+        while alive():
             time.sleep(poll_seconds)
         os._exit(1)
 

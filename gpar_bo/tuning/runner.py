@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import math
 import multiprocessing
+import os
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -209,7 +210,8 @@ class CurveRunner(Runner):
                     self._executor = Client(cluster)
             else:
                 self._executor = ProcessPoolExecutor(
-                    self.max_workers, mp_context=_worker_context(), initializer=exit_with_parent)
+                    self.max_workers, mp_context=_worker_context(),
+                    initializer=exit_with_parent, initargs=(os.getpid(),))
         return self._executor
 
     def shutdown(self, stop_running: bool = True) -> None:

@@ -36,7 +36,7 @@ import pytest
 from ax.core.trial_status import TrialStatus
 
 from gpar_bo.problems.toy import toy_problem
-from gpar_bo.tuning.jobs import read_progress
+from gpar_bo.tuning.jobs import read_job, read_progress
 from gpar_bo.tuning.loop import tune
 from gpar_bo.tuning.snapshot import load_snapshot
 from tests.tuning.scripts import LIGHT
@@ -73,12 +73,20 @@ def _files(out: Path) -> dict[int, str]:
     return {int(p.stem.split("_")[1]): p.read_text() for p in runs.glob("trial_*.jsonl")}
 
 
-def _wait_for(condition: Callable[[], object], process: subprocess.Popen, what: str,
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _wait_for(condition: Callable[[], object], process: subprocess.Popen | None, what: str,
               timeout: float = 300.0) -> None:
     # Generous: on a loaded 2-core machine a process and its workers take a minute to start.
     deadline = time.monotonic() + timeout
     while not condition():
-        if process.poll() is not None:
+        if process is not None and process.poll() is not None:
             pytest.fail(f"the tuning process ended ({process.returncode}) before {what}: "
                         f"{_log(process)}")
         if time.monotonic() > deadline:
@@ -122,9 +130,11 @@ def test_kill_9_at_any_moment_loses_nothing(tmp_path: Path) -> None:
     time.sleep(rng.uniform(0.0, 2.0))
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
+    # Its workers exit by themselves (exit_with_parent) once it is gone.
+    workers = {read_job(path).started["pid"] for path in (out / "runs").glob("trial_*.jsonl")
+               if read_job(path).status is None and read_job(path).started}
+    _wait_for(lambda: not any(_alive(pid) for pid in workers), None, "its workers to exit", 20)
     _check_nothing_lost(recorded, out)
-    # Its orphaned workers exit by themselves within a second or so (exit_with_parent);
-    # the next resume must cope if they still write.
     recorded = _files(out)
 
     # 3. In the middle of a snapshot write (its k-th, k at random).
