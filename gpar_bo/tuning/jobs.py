@@ -194,7 +194,8 @@ def _commit_checkpoint(checkpoint_dir: str | None, step: float) -> None:
         atomic_rename(staged, Path(checkpoint_dir) / _COMMITTED.format(repr(float(step))))
 
 
-def _drop_checkpoints_before(checkpoint_dir: str | None, step: float) -> None:
+def _drop_other_checkpoints(checkpoint_dir: str | None, step: float) -> None:
+    """Delete the committed checkpoints of other steps (``step`` is committed now)."""
     if checkpoint_dir is not None:
         for saved, path in _committed_checkpoints(Path(checkpoint_dir)).items():
             if saved != float(step):
@@ -424,7 +425,7 @@ def run_training_job(
             return True  # the job was told to end and reports on: nothing more counts
         _commit_checkpoint(checkpoint_dir, step)
         _append(progress, {"step": step, "values": {k: float(v) for k, v in values.items()}})
-        _drop_checkpoints_before(checkpoint_dir, step)
+        _drop_other_checkpoints(checkpoint_dir, step)
         if final_step is not None and step >= final_step:
             return False  # a full run: it completes, whatever was decided meanwhile
         verdict = _wait_for_verdict(verdicts, step, verdict_timeout)
