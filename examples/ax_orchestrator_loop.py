@@ -11,7 +11,7 @@ from gpar_bo.ax import GPAREarlyStoppingStrategy, gpar_generation_strategy
 from gpar_bo.tuning.orchestrator import VerdictOrchestrator
 from gpar_bo.tuning.runner import CurveMetric, CurveRunner
 
-EPOCHS = list(range(1, 9))
+EPOCHS = list(range(1, 7))
 EFFORT = {"fit_kwargs": {"optimizer_kwargs": {"options": {"maxiter": 75}}},
           "acqf_optimizer_kwargs": {"num_restarts": 2, "raw_samples": 128}}
 

