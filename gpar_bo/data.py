@@ -19,6 +19,10 @@ from torch import Tensor
 MIN_OBSERVATIONS_PER_OUTPUT = 2
 
 
+class TooFewObservationsError(ValueError):
+    """An output has fewer than ``MIN_OBSERVATIONS_PER_OUTPUT`` observations."""
+
+
 def _rows(index: Tensor, limit: int = 10) -> str:
     rows = index.tolist()
     shown = ", ".join(str(r) for r in rows[:limit])
@@ -71,6 +75,10 @@ def check_training_data(train_X: Tensor, train_Y: Tensor, impute: bool) -> Tenso
 
     Returns:
         An ``n x M`` boolean tensor, True where ``train_Y`` is observed.
+
+    Raises:
+        TooFewObservationsError: An output has too few observations to fit.
+        ValueError: Any other problem with the data (``TypeError`` for a dtype).
     """
     check_inputs(train_X, name="train_X")
     if train_X.dtype not in (torch.float32, torch.float64):
@@ -107,7 +115,7 @@ def check_training_data(train_X: Tensor, train_Y: Tensor, impute: bool) -> Tenso
     counts = observed.sum(0)
     for m, count in enumerate(counts.tolist()):
         if count < MIN_OBSERVATIONS_PER_OUTPUT:
-            raise ValueError(
+            raise TooFewObservationsError(
                 f"Output {m} has {count} observation(s); each output needs at least "
                 f"{MIN_OBSERVATIONS_PER_OUTPUT} to fit its conditional GP."
             )

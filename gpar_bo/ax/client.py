@@ -7,13 +7,21 @@ curve stuck far above the others. ``GPARClient`` stores the strategy with the
 experiment (in its properties, in Ax's JSON form) and re-attaches it whenever it
 is given an experiment, which is how both ``load_from_json_file`` and
 ``load_from_database`` hand over the loaded one.
+
+Its ``get_best_parameterization`` also survives Ax's check of the model: Ax
+cross-validates the model before it trusts its predictions, and a fold that holds
+out one of only two runs that reached a checkpoint leaves GPAR too few values to
+fit that checkpoint's conditional. Ax treats a model that cross-validates badly by
+returning the best observed trial; ``GPARClient`` does the same here, with a warning.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ax.api.client import Client
+from ax.api.types import TOutcome, TParameterization
 from ax.core.experiment import Experiment
 from ax.early_stopping.strategies.base import BaseEarlyStoppingStrategy
 from ax.storage.json_store.decoder import object_from_json
@@ -25,10 +33,14 @@ from ax.storage.json_store.registry import (
     CORE_ENCODER_REGISTRY,
 )
 
+from gpar_bo.data import TooFewObservationsError
+
 __all__ = ["EARLY_STOPPING_PROPERTY", "GPARClient"]
 
 #: The experiment property holding the early-stopping strategy's JSON form.
 EARLY_STOPPING_PROPERTY = "early_stopping_strategy"
+
+logger = logging.getLogger(__name__)
 
 
 class GPARClient(Client):
@@ -76,6 +88,22 @@ class GPARClient(Client):
         super().set_experiment(experiment)
         if strategy is not None:
             super().set_early_stopping_strategy(strategy)
+
+    def get_best_parameterization(
+        self, use_model_predictions: bool = True
+    ) -> tuple[TParameterization, TOutcome, int, str]:
+        """Ax's ``Client.get_best_parameterization``; when GPAR cannot be fitted to a
+        fold of Ax's cross-validation (too few runs reached a checkpoint), the best
+        observed trial, with a logged warning (module docstring)."""
+        try:
+            return super().get_best_parameterization(use_model_predictions)
+        except TooFewObservationsError as error:
+            if not use_model_predictions:
+                raise
+            logger.warning(
+                "GPAR cannot be cross-validated on so few complete curves (%s); "
+                "returning the best observed trial instead of the model's.", error)
+            return super().get_best_parameterization(use_model_predictions=False)
 
     def _encode(self, strategy: BaseEarlyStoppingStrategy) -> dict[str, Any]:
         encoders, class_encoders, _, _ = self._json_registries()
