@@ -34,7 +34,7 @@ FAST = {
     "fit_kwargs": {"optimizer_kwargs": {"options": {"maxiter": 20}}},
     "acqf_optimizer_kwargs": {"num_restarts": 1, "raw_samples": 32, "options": {"maxiter": 15}},
 }
-EPOCHS = 6
+EPOCHS = 4
 
 
 def _curves(experiment) -> dict[int, list[float]]:
