@@ -23,6 +23,7 @@ client.set_generation_strategy(
     gpar_generation_strategy(EPOCHS, metric_name="error", num_sobol_trials=4, **EFFORT))
 client.set_early_stopping_strategy(
     GPAREarlyStoppingStrategy(EPOCHS, metric_name="error", min_progression=4,
+                              refit_growth=0.5,  # refit once finished curves grow by half
                               fit_kwargs=EFFORT["fit_kwargs"]))
 
 for _ in range(4):

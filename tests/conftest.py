@@ -10,6 +10,13 @@ from gpar_bo import GPARModel
 from tests.helpers import DTYPES, EPOCHS, fit, partial_curves
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``long`` first: pytest-xdist's work stealing gives each worker a
+    contiguous share and lets an idle worker take the end of another's, so the run
+    ends on short tests instead of one worker finishing a long one alone."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)  # stable
+
+
 @pytest.fixture(autouse=True)
 def _single_thread() -> None:
     # Small GP fits are faster on one thread on 2-core machines.

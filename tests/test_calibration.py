@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from botorch.fit import fit_gpytorch_mll
 from botorch.models.utils.gpytorch_modules import MIN_INFERRED_NOISE_LEVEL
@@ -64,6 +65,7 @@ def covered(model: GPARModel, X_test: torch.Tensor, Z_test: torch.Tensor, truth:
     return (cdf >= 0.025) & (cdf <= 0.975)
 
 
+@pytest.mark.long
 def test_final_error_intervals_are_calibrated_and_a_noiseless_fit_is_not() -> None:
     fitted, floored = [], []
     for seed in SEEDS:

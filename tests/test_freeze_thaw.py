@@ -253,6 +253,7 @@ def traces() -> list:
     ]
 
 
+@pytest.mark.long
 def test_adapter_resumes_paused_runs_within_the_budget(traces) -> None:
     problem, (trace, _, _) = traces
     assert sum(t["epochs"] for t in trace.trials) == 110  # the budget, not more
@@ -261,6 +262,7 @@ def test_adapter_resumes_paused_runs_within_the_budget(traces) -> None:
     assert len(trace.incumbent_error) == len(completed)
 
 
+@pytest.mark.long
 def test_adapter_is_reproducible_given_a_seed(traces) -> None:
     _, (first, again, other) = traces
     assert first.trials == again.trials and first.incumbent_error == again.incumbent_error

@@ -151,6 +151,7 @@ def test_bad_input_is_a_clear_error(data: dict) -> None:
 EARLY_STOPPING = {"ax_percentile_es": 80, "gpar_es": 40}
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", [m for m in MODEL_METHODS if m not in EARLY_STOPPING])
 def test_methods_run_deterministically_on_remaining_settings(name: str) -> None:
     problem = short_problem()

@@ -41,6 +41,7 @@ def test_load_fx2007_rejects_unknown_convention() -> None:
         datasets.load_fx2007("other")
 
 
+@pytest.mark.long
 def test_jura_quick_writes_results(tmp_path: Path) -> None:
     rows = jura.main(["--quick", "--out", str(tmp_path)])
     assert [r["model"] for r in rows] == list(jura.MODELS)
@@ -50,6 +51,7 @@ def test_jura_quick_writes_results(tmp_path: Path) -> None:
     assert "command" in (tmp_path / "jura_quick.md").read_text()
 
 
+@pytest.mark.long
 def test_exchange_predict_and_score_on_a_subset(tmp_path: Path) -> None:
     data = exchange.quick_subset(datasets.load_fx2007("paper"), step=24, others=1)
     order = list(range(len(data.names)))  # targets already last

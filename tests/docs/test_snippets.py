@@ -44,6 +44,7 @@ def test_the_docs_show_the_examples() -> None:
 EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.py") if p.name not in RUN_ELSEWHERE)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_example_runs(example: str, tmp_path: Path) -> None:
     result = subprocess.run(

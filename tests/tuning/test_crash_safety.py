@@ -111,6 +111,7 @@ def _steps(text: str, tmp: Path) -> list[float]:
     return [step for step, _ in read_progress(path)[0]]
 
 
+@pytest.mark.long
 def test_kill_9_at_any_moment_loses_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out"
     rng = random.Random(SEED)

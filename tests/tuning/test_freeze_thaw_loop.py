@@ -104,6 +104,7 @@ def test_verdicts_pauses_resumptions_and_new_trials_follow_the_policy(tmp_path: 
     assert all(t.status == TrialStatus.RUNNING for t in experiment.trials.values())
 
 
+@pytest.mark.long
 def test_a_run_keeps_to_the_budget_and_is_reproducible(tmp_path: Path) -> None:
     budget = 22
     report, runner = _run(tmp_path / "a", budget)

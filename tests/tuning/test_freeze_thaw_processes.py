@@ -34,6 +34,7 @@ def _jobs(out: Path) -> dict[int, object]:
     return {int(p.stem.split("_")[1]): read_job(p) for p in (out / "runs").glob("trial_*.jsonl")}
 
 
+@pytest.mark.long
 def test_kill_9_then_rerun_resumes_paused_and_interrupted_runs_within_the_budget(
     tmp_path: Path,
 ) -> None:

@@ -36,6 +36,7 @@ def _log(process: subprocess.Popen) -> str:
     return process.log.read()  # type: ignore[attr-defined]
 
 
+@pytest.mark.long
 def test_a_second_process_is_refused_and_a_killed_holders_lock_taken_over(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -42,6 +42,7 @@ def _curves(experiment) -> dict[int, list[float]]:
     return {int(t): g["mean"].tolist() for t, g in df.groupby("trial_index")}
 
 
+@pytest.mark.long
 def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path) -> None:
     out = tmp_path / "out"
     script = tmp_path / "run.py"
@@ -163,6 +164,7 @@ def test_a_relative_output_directory_is_stored_absolute(
         assert progress.is_absolute() and progress.exists()
 
 
+@pytest.mark.long
 def test_tune_cli_parses_and_runs_a_small_mnist_job(tmp_path: Path, capsys) -> None:
     args = build_parser().parse_args(["tune", "--budget", "7"])
     assert args.budget == 7 and args.epochs is None and args.workers == 2  # MNIST: 10
