@@ -371,7 +371,10 @@ def _early_stopping(
         ),
         save=lambda: save_snapshot(snapshot, experiment, strategy),
     )
-    remaining = (max_trials - len(experiment.trials)) if max_trials is not None else 10**6
+    # A trial written ahead before a crash (CANDIDATE, its job never started) is run by the
+    # Orchestrator as one of the trials it is asked for, so it is not counted as used here.
+    deployed = sum(t.status != TrialStatus.CANDIDATE for t in experiment.trials.values())
+    remaining = (max_trials - deployed) if max_trials is not None else 10**6
     settings = {"budget_epochs": budget_epochs, "epochs_per_run": problem.epochs,
                 "workers": workers, "seed": seed,
                 "max_trials": max_trials, "sobol_trials": num_sobol_trials,

@@ -25,7 +25,7 @@ from gpar_bo.tuning.jobs import read_job
 from gpar_bo.tuning.errors import TuneSettingsError
 from gpar_bo.tuning.loop import EpochBudget, tune
 from gpar_bo.tuning.session import trained_epochs_by_trial
-from gpar_bo.tuning.snapshot import load_snapshot
+from gpar_bo.tuning.snapshot import load_snapshot, save_snapshot
 from gpar_bo.cli import build_parser, main
 
 #: The loop's machinery, not the quality of its fits, is under test: small fitting and
@@ -250,3 +250,20 @@ def test_tune_refuses_strategies_it_cannot_use(tmp_path: Path, options: dict, me
     with pytest.raises(TuneSettingsError, match=message):
         tune(toy_problem(4), tmp_path / "out", 12, progress=False, **options)
     assert not (tmp_path / "out").exists()  # refused before anything starts
+
+
+def test_max_trials_counts_a_trial_written_ahead_before_a_crash_once(tmp_path: Path) -> None:
+    # A crash between the write-ahead snapshot and the job's start leaves a CANDIDATE trial,
+    # which the resumed run starts as one of the trials max_trials allows (not one more).
+    out = tmp_path / "out"
+    options = {"scheduler": "early-stopping", "workers": 1, "poll_seconds": 0.1,
+               "progress": False, "early_stopping_strategy": None, **FAST}
+    tune(toy_problem(2), out, 100, generation_strategy=_sobol_only(0), max_trials=1, **options)
+    experiment, strategy = load_snapshot(out / "snapshot.json")
+    written_ahead = experiment.new_trial().add_arm(Arm({"x1": 0.5, "x2": 0.5}))
+    save_snapshot(out / "snapshot.json", experiment, strategy)
+    tune(toy_problem(2), out, 100, generation_strategy=_sobol_only(0), max_trials=3, **options)
+    after, _ = load_snapshot(out / "snapshot.json")
+    assert len(after.trials) == 3
+    assert after.trials[written_ahead.index].status == TrialStatus.COMPLETED
+    assert all(t.status == TrialStatus.COMPLETED for t in after.trials.values())
