@@ -130,7 +130,7 @@ def exit_with_parent(tuning_pid: int, poll_seconds: float = 1.0) -> None:
         except ProcessLookupError:
             return False
         except PermissionError:  # it exists, owned by someone else
-            return True
+            pass
         return True
 
     def watch() -> None:

@@ -87,6 +87,7 @@ def _worker_context() -> multiprocessing.context.BaseContext:
     return context
 
 
+@functools.lru_cache(maxsize=None)
 def _is_resumable(train: str) -> bool:
     # Cached per function, not on the runner: Ax compares runners by their attributes.
     return accepts_checkpoint_dir(resolve(train))
