@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from filelock import FileLock
 
 from gpar_bo import GPARModel
 from tests.helpers import DTYPES, EPOCHS, fit, partial_curves
@@ -37,12 +38,23 @@ def dtype(request: pytest.FixtureRequest) -> torch.dtype:
 
 
 @pytest.fixture(scope="session")
-def _curve_model_state() -> dict:
+def _curve_model_state(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> dict:
     """The state of a GPAR fitted (in float64) to ``partial_curves()``, fitted once per
-    session: the fit is the slow part of every module's ``curve_model``."""
-    torch.set_num_threads(1)
-    X, Y = partial_curves()
-    return fit(GPARModel(X, Y, output_names=EPOCHS)).state_dict()
+    test run: the fit is the slow part of every module's ``curve_model``. pytest-xdist's
+    workers share it through a file in their common temporary folder, under a lock."""
+
+    def fitted_state() -> dict:
+        torch.set_num_threads(1)
+        X, Y = partial_curves()
+        return fit(GPARModel(X, Y, output_names=EPOCHS)).state_dict()
+
+    if worker_id == "master":  # not run by pytest-xdist
+        return fitted_state()
+    path = tmp_path_factory.getbasetemp().parent / "curve_model_state.pt"
+    with FileLock(f"{path}.lock"):
+        if not path.is_file():
+            torch.save(fitted_state(), path)
+        return torch.load(path)
 
 
 @pytest.fixture(scope="module")

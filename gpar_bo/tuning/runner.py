@@ -72,18 +72,21 @@ __all__ = ["INTERRUPTED", "CurveMetric", "CurveRunner", "json_registries", "regi
 
 
 @functools.lru_cache(maxsize=None)
-def _worker_context() -> multiprocessing.context.BaseContext:
+def _worker_context(train: str) -> multiprocessing.context.BaseContext:
     """How local workers start: forked from a fresh server process that imported torch
-    once (``forkserver``), else a fresh interpreter each (``spawn``).
+    and the module of the job ``train`` once (``forkserver``), else a fresh interpreter
+    each (``spawn``).
 
     Never forked from the tuning process itself, which runs torch and Ax threads. The
-    server is one per tuning process, so a worker starts without importing torch again.
+    server is one per tuning process, so a worker starts without importing torch or
+    the job's module again (a job module that imports Ax takes seconds to import).
     """
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    # Takes effect when the server starts (the first pool of this process).
-    context.set_forkserver_preload(["torch", "gpar_bo.tuning.jobs"])
+    # Takes effect when the server starts (the first pool of this process); the job's
+    # module imports in this process first (``_is_resumable``), so it is known to import.
+    context.set_forkserver_preload(["torch", "gpar_bo.tuning.jobs", train.split(":")[0]])
     return context
 
 
@@ -211,7 +214,7 @@ class CurveRunner(Runner):
                     self._executor = Client(cluster)
             else:
                 self._executor = ProcessPoolExecutor(
-                    self.max_workers, mp_context=_worker_context(),
+                    self.max_workers, mp_context=_worker_context(self.train),
                     initializer=exit_with_parent, initargs=(os.getpid(),))
         return self._executor
 

@@ -51,7 +51,7 @@ def test_jura_quick_writes_results(tmp_path: Path) -> None:
     assert "command" in (tmp_path / "jura_quick.md").read_text()
 
 
-@pytest.mark.long
+@pytest.mark.slow  # left out of CI for time (README, "Tests and CI")
 def test_exchange_predict_and_score_on_a_subset(tmp_path: Path) -> None:
     data = exchange.quick_subset(datasets.load_fx2007("paper"), step=24, others=1)
     order = list(range(len(data.names)))  # targets already last
