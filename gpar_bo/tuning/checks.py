@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpar_bo.tuning.errors import TuneSettingsError
 from gpar_bo.tuning.jobs import DEFAULT_VERDICT_TIMEOUT, resolve
@@ -37,6 +37,12 @@ def check_tune_options(
     if problem.epochs < 1:
         # The budget and min_epochs are judged against the epochs: say only this.
         problems.append(f"epochs must be >= 1 (got {problem.epochs})")
+    elif problem.checkpoint_epochs is not None:
+        bad = checkpoint_problems(problem.checkpoint_epochs, problem.epochs)
+        problems.extend(bad)
+        if not bad and scheduler == "freeze-thaw" and len(problem.checkpoint_epochs) < 2:
+            problems.append("freeze-thaw needs at least 2 checkpoints (got "
+                            f"{problem.checkpoint_epochs}); use scheduler early-stopping")
     if workers < 1:
         problems.append(f"workers must be >= 1 (got {workers})")
     if problem.epochs >= 1 and budget_epochs < problem.epochs:
@@ -63,6 +69,20 @@ def check_tune_options(
             problems.append(str(error).rstrip("."))
     if problems:
         raise TuneSettingsError("Bad tuning settings: " + "; ".join(problems) + ".")
+
+
+def checkpoint_problems(checkpoints: Any, epochs: int) -> list[str]:
+    """What is wrong with ``checkpoints`` as the checkpoint epochs of ``epochs``-epoch runs."""
+    if isinstance(checkpoints, (tuple, range)):
+        checkpoints = list(checkpoints)
+    whole = isinstance(checkpoints, list) and bool(checkpoints) and all(
+        isinstance(c, int) and not isinstance(c, bool) for c in checkpoints)
+    ok = whole and checkpoints[0] >= 1 and all(a < b for a, b in zip(checkpoints, checkpoints[1:]))
+    if not ok:
+        return [f"checkpoint_epochs must be increasing whole epochs >= 1 (got {checkpoints})"]
+    if checkpoints[-1] != epochs:
+        return [f"the last checkpoint must be the final epoch {epochs} (got {checkpoints})"]
+    return []
 
 
 def check_job(problem: TuningProblem) -> None:

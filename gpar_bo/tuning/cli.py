@@ -53,6 +53,10 @@ def add_tune_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
                         "file's, else 120)")
     p.add_argument("--epochs", type=int, default=None,
                    help="MNIST: epochs of a full trial (default 10; --job: the space file's)")
+    p.add_argument("--checkpoints", type=int, nargs="+", default=None, metavar="EPOCH",
+                   help="MNIST: the epochs at which runs are recorded and may be paused or "
+                        "stopped, ending at --epochs (default every epoch; --job: the space "
+                        "file's)")
     p.add_argument("--workers", type=int, default=2, help="trials trained in parallel (default 2)")
     p.add_argument("--scheduler", choices=["freeze-thaw", "early-stopping"],
                    default="freeze-thaw",
@@ -111,7 +115,7 @@ FAST_GPAR = {
 #: The epoch budget when neither --budget nor the space file gives one.
 DEFAULT_BUDGET = 120
 #: Options of the embedded MNIST job, which --job replaces.
-MNIST_OPTIONS = ("epochs", "data_dir", "max_examples")
+MNIST_OPTIONS = ("epochs", "checkpoints", "data_dir", "max_examples")
 
 
 def _problem(args: argparse.Namespace) -> TuningProblem:
@@ -130,17 +134,19 @@ def _problem(args: argparse.Namespace) -> TuningProblem:
     if args.job is None:
         from gpar_bo.problems.mnist.job import mnist_problem
 
-        return mnist_problem(
+        problem = mnist_problem(
             epochs=10 if args.epochs is None else args.epochs,
             data_dir=None if args.data_dir is None else str(args.data_dir.resolve()),
             seed=args.seed,
             max_examples=args.max_examples,
         )
+        problem.checkpoint_epochs = args.checkpoints  # checked with the other settings
+        return problem
     mnist_only = [f"--{o.replace('_', '-')}" for o in MNIST_OPTIONS if getattr(args, o) is not None]
     if mnist_only:
         raise TuneSettingsError(
             f"{', '.join(mnist_only)} only apply to the MNIST MLP, not to --job (its space "
-            "file sets the epochs; its train_kwargs, the job's own settings).")
+            "file sets the epochs and checkpoints; its train_kwargs, the job's own settings).")
     from gpar_bo.tuning.space import problem_from_space
 
     return problem_from_space(args.job, args.space)

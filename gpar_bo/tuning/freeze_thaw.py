@@ -428,6 +428,7 @@ def run_freeze_thaw(
     loop.policy = FreezeThawPolicy(loop.checkpoints, seed=_policy_seed(seed, loop.trained()),
                                    **({"fit_kwargs": dict(fit_kwargs)} if fit_kwargs else {}))
     settings = {"budget_epochs": budget_epochs, "epochs_per_run": problem.epochs,
+                "checkpoints": [int(c) for c in problem.checkpoints],
                 "workers": runner.max_workers, "seed": seed, "max_trials": max_trials}
 
     def report() -> dict[str, Any]:

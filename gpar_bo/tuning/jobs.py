@@ -41,6 +41,11 @@ the verdict file once per report and trains on (for loops that give no verdicts,
 as Ax's own ``Orchestrator``). A job that reported its final step (``final_step``)
 completed, whatever verdict arrived.
 
+**Checkpoints.** Given the tuner's ``checkpoints`` (e.g. epochs 1, 3, 7, 14, 21 of 21),
+a job records, checkpoints and waits for verdicts at those steps only: a report at
+another step returns False at once and records nothing, and the state saved after it is
+committed at the next checkpoint (a kill in between resumes from the last checkpoint).
+
 Files work the same for local processes, a dask ``LocalCluster`` and any cluster whose
 workers share the filesystem, and they survive a restart of the tuning process.
 """
@@ -55,7 +60,7 @@ import os
 import socket
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -394,6 +399,7 @@ def run_training_job(
     final_step: float | None = None,
     checkpoint_dir: str | None = None,
     verdict_timeout: float | None = None,
+    checkpoints: Sequence[float] | None = None,
 ) -> str:
     """Run (or resume) one training job, writing its progress file.
 
@@ -410,11 +416,15 @@ def run_training_job(
             ``checkpoint_dir``; None for a job that cannot pause.
         verdict_timeout: Seconds to wait for each verdict before pausing; None to
             not wait (see the module doc).
+        checkpoints: The steps the tuner records and decides at; a report at any
+            other step is not recorded and the job trains on (see the module doc).
+            None: every step.
 
     Returns:
         The final status: ``"completed"``, ``"stopped"`` or ``"paused"``.
     """
     progress, verdicts = Path(progress_file), Path(verdict_file)
+    recorded = None if checkpoints is None else {float(c) for c in checkpoints}
     outcome: dict[str, Any] = {}
     # Who runs the job: a resumed tuning process waits for a job of its host that
     # is still alive before it settles the trial.
@@ -423,6 +433,8 @@ def run_training_job(
     def report(step: float, values: Mapping[str, float]) -> bool:
         if outcome:
             return True  # the job was told to end and reports on: nothing more counts
+        if recorded is not None and float(step) not in recorded:
+            return False  # between checkpoints: its saved state is committed at the next
         _commit_checkpoint(checkpoint_dir, step)
         _append(progress, {"step": step, "values": {k: float(v) for k, v in values.items()}})
         _drop_other_checkpoints(checkpoint_dir, step)

@@ -49,7 +49,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,7 +111,7 @@ class TuningProblem:
         parameters: Ax parameters of the search space (range parameters; the
             freeze-thaw scheduler also takes choice and fixed ones).
         metric: The objective metric reported every epoch (minimised).
-        epochs: Epochs per full trial; the checkpoints are 1..epochs.
+        epochs: Epochs per full trial.
         train: The training function, ``"module:function"`` (:mod:`gpar_bo.tuning.jobs`).
         train_kwargs: Its keyword arguments (JSON-serialisable).
         tracking_metrics: Further values the job reports, recorded but not optimised.
@@ -119,6 +119,10 @@ class TuningProblem:
             process before anything starts; raises ``ValueError`` (one line) if the
             job could not work, e.g. its data is missing or too small.
         budget: The default epoch budget of :func:`tune` (e.g. a space file's).
+        checkpoint_epochs: The epochs at which the tuner records the metric, GPAR
+            models it, and runs may be paused or stopped, increasing and ending at
+            ``epochs`` (e.g. ``[1, 3, 7, 14, 21]``); the job's reports at other epochs
+            are not recorded. None: every epoch 1..epochs.
     """
 
     name: str
@@ -130,11 +134,14 @@ class TuningProblem:
     tracking_metrics: list[str] = field(default_factory=list)
     check: str | None = None
     budget: int | None = None
+    checkpoint_epochs: Sequence[int] | None = None
 
     @property
     def checkpoints(self) -> Checkpoints:
-        """Epochs 1..epochs."""
-        return Checkpoints(range(1, self.epochs + 1))
+        """``checkpoint_epochs``, by default epochs 1..epochs."""
+        if self.checkpoint_epochs is None:
+            return Checkpoints(range(1, self.epochs + 1))
+        return Checkpoints(self.checkpoint_epochs)
 
 
 class EpochBudget(BaseGlobalStoppingStrategy):
@@ -376,6 +383,7 @@ def _early_stopping(
     deployed = sum(t.status != TrialStatus.CANDIDATE for t in experiment.trials.values())
     remaining = (max_trials - deployed) if max_trials is not None else 10**6
     settings = {"budget_epochs": budget_epochs, "epochs_per_run": problem.epochs,
+                "checkpoints": [int(c) for c in problem.checkpoints],
                 "workers": workers, "seed": seed,
                 "max_trials": max_trials, "sobol_trials": num_sobol_trials,
                 "threshold": threshold, "min_epochs": min_epochs}

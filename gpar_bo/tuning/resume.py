@@ -50,6 +50,7 @@ def _same_problem(experiment: Experiment, name: str, runner: CurveRunner,
     stored = experiment.runner
     return (experiment.name == name and isinstance(stored, CurveRunner)
             and stored.train == runner.train and stored.train_kwargs == runner.train_kwargs
+            and getattr(stored, "checkpoints", None) == runner.checkpoints
             and list(experiment.search_space.parameters) == parameter_names)
 
 

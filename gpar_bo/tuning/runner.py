@@ -34,7 +34,7 @@ import math
 import multiprocessing
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from datetime import timedelta
 from pathlib import Path
@@ -165,6 +165,9 @@ class CurveRunner(Runner):
             before it pauses (a job that cannot pause stops, as interrupted). None:
             jobs do not wait; a stop or pause reaches them at their next report
             (for Ax's plain ``Orchestrator``, which gives no verdicts).
+        checkpoints: The steps at which jobs record their values, save their state
+            and wait for verdicts, e.g. ``[1, 3, 7, 14, 21]``; reports at other steps
+            are not recorded. None: every step reported.
 
     A training function that accepts a ``checkpoint_dir`` keyword is resumable: its
     job gets ``directory/trial_<i>/`` and can be paused and resumed
@@ -181,6 +184,7 @@ class CurveRunner(Runner):
         scheduler_address: str | None = None,
         final_step: float | None = None,
         verdict_timeout: float | None = DEFAULT_VERDICT_TIMEOUT,
+        checkpoints: Sequence[float] | None = None,
     ) -> None:
         if verdict_timeout is not None and not verdict_timeout > 0:
             raise ValueError(
@@ -193,6 +197,7 @@ class CurveRunner(Runner):
         self.scheduler_address = scheduler_address
         self.final_step = final_step
         self.verdict_timeout = verdict_timeout
+        self.checkpoints = None if checkpoints is None else [float(c) for c in checkpoints]
         self._executor: Any = None
         self._futures: dict[int, Future] = {}
 
@@ -278,7 +283,7 @@ class CurveRunner(Runner):
                   checkpoint_dir: str | None) -> tuple:
         return (self.train, self.train_kwargs, dict(parameters), index,
                 str(self.progress_file(index)), str(self.verdict_file(index)), self.final_step,
-                checkpoint_dir, self.verdict_timeout)
+                checkpoint_dir, self.verdict_timeout, self.checkpoints)
 
     # ------------------------------------------------------------ Ax runner
     def run(self, trial: BaseTrial) -> dict[str, Any]:

@@ -62,7 +62,7 @@ def make_runner(problem: TuningProblem, directory: Path, workers: int, use_dask:
     return CurveRunner(problem.train, str(directory / "runs"), problem.train_kwargs,
                        max_workers=workers, use_dask=use_dask,
                        scheduler_address=scheduler_address, final_step=problem.epochs,
-                       verdict_timeout=verdict_timeout)
+                       verdict_timeout=verdict_timeout, checkpoints=problem.checkpoint_epochs)
 
 
 def new_experiment(problem: TuningProblem, runner: CurveRunner, scheduler: str) -> Experiment:

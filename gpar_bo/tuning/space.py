@@ -4,7 +4,8 @@ A space file is one JSON object::
 
     {"name": "my_mlp",                      # optional (default: the job's function name)
      "metric": "val_error",                 # reported every epoch, minimised
-     "epochs": 10,                          # a full run: checkpoints at epochs 1..10
+     "epochs": 10,                          # a full run
+     "checkpoints": [1, 2, 4, 7, 10],       # optional (default every epoch): see below
      "budget": 120,                         # optional total epochs (--budget overrides)
      "parameters": [
         {"name": "lr", "type": "range", "bounds": [1e-4, 0.1], "log_scale": true},
@@ -20,6 +21,11 @@ Each parameter is Ax's own JSON representation of a parameter (the one
 bounds, values and types. This module adds what Ax does not: unknown top-level
 keys, duplicate names, and a job that cannot take the file's keywords are errors too.
 Every error is one line naming the file and the problem, before any trial starts.
+
+``checkpoints`` are the epochs at which the metric is recorded, GPAR models it and runs
+may be paused or stopped (increasing, ending at ``epochs``); the job may report every
+epoch, and its reports at other epochs are not recorded. Fewer checkpoints make GPAR's
+fits cheaper on long runs.
 
 The job is called as ``train(parameters, report, trial_index, epochs=<epochs>,
 **train_kwargs)`` (plus ``checkpoint_dir``, see :mod:`gpar_bo.tuning.jobs`): the
@@ -40,6 +46,7 @@ from ax.core.parameter import FixedParameter, Parameter
 from ax.exceptions.core import AxParameterWarning, UserInputError
 from ax.service.utils.instantiation import InstantiationBase
 
+from gpar_bo.tuning.checks import checkpoint_problems
 from gpar_bo.tuning.errors import TuneSettingsError
 from gpar_bo.tuning.jobs import resolve
 from gpar_bo.tuning.loop import TuningProblem
@@ -47,8 +54,9 @@ from gpar_bo.tuning.loop import TuningProblem
 __all__ = ["PARAMETER_TYPES", "SPACE_KEYS", "load_job", "problem_from_space"]
 
 #: Top-level keys of a space file, and whether each is required.
-SPACE_KEYS = {"name": False, "metric": True, "epochs": True, "budget": False,
-              "parameters": True, "train_kwargs": False, "tracking_metrics": False}
+SPACE_KEYS = {"name": False, "metric": True, "epochs": True, "checkpoints": False,
+              "budget": False, "parameters": True, "train_kwargs": False,
+              "tracking_metrics": False}
 #: The parameter types both schedulers take (Ax's ``derived`` parameters are not tuned).
 PARAMETER_TYPES = ("range", "choice", "fixed")
 
@@ -112,6 +120,10 @@ def problem_from_space(job: str, space: str | Path | Mapping[str, Any]) -> Tunin
     if not isinstance(spec["metric"], str) or not spec["metric"]:
         raise bad(f"'metric' must be a non-empty string (got {spec['metric']!r}).")
     epochs = _positive_int(spec, "epochs", bad)
+    checkpoints = spec.get("checkpoints")
+    if checkpoints is not None and checkpoint_problems(checkpoints, epochs):
+        raise bad(checkpoint_problems(checkpoints, epochs)[0].replace(
+            "checkpoint_epochs", "'checkpoints'") + ".")
     budget = _positive_int(spec, "budget", bad) if "budget" in spec else None
     train_kwargs = spec.get("train_kwargs", {})
     if not isinstance(train_kwargs, dict):
@@ -127,7 +139,7 @@ def problem_from_space(job: str, space: str | Path | Mapping[str, Any]) -> Tunin
     return TuningProblem(
         name=name, parameters=parameters, metric=spec["metric"], epochs=epochs, train=job,
         train_kwargs={"epochs": epochs, **train_kwargs}, tracking_metrics=list(tracking),
-        budget=budget,
+        budget=budget, checkpoint_epochs=checkpoints,
     )
 
 

@@ -240,4 +240,11 @@ def test_settings_are_checked_before_anything_starts(tmp_path: Path) -> None:
         tune(toy_problem(EPOCHS), tmp_path, 20, scheduler="hyperband", **RUN)
     with pytest.raises(TuneSettingsError, match="at least 2 epochs"):
         tune(toy_problem(1), tmp_path, 20, **RUN)
+    one_checkpoint = toy_problem(EPOCHS)
+    one_checkpoint.checkpoint_epochs = [EPOCHS]
+    with pytest.raises(TuneSettingsError, match="at least 2 checkpoints"):
+        tune(one_checkpoint, tmp_path, 20, **RUN)
+    one_checkpoint.checkpoint_epochs = [1, EPOCHS + 1]
+    with pytest.raises(TuneSettingsError, match="the last checkpoint must be the final epoch"):
+        tune(one_checkpoint, tmp_path, 20, scheduler="early-stopping", **RUN)
     assert not (tmp_path / "snapshot.json").exists()

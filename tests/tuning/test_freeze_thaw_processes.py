@@ -172,6 +172,26 @@ def test_paused_runs_outlive_the_budget_and_resume_from_their_checkpoints(
     assert all(len(after[i].steps) > len(jobs[i].steps) for i in resumed)
 
 
+@pytest.mark.long
+def test_runs_are_recorded_paused_and_resumed_at_their_checkpoints_only(tmp_path: Path) -> None:
+    out, problem = tmp_path / "out", toy_problem(6)
+    problem.checkpoint_epochs = [2, 6]  # the job reports every epoch
+    report = tune(problem, out, 24, **RUN)
+    experiment, _ = load_snapshot(out / "snapshot.json")
+    jobs = _jobs(out)
+    assert report["settings"]["checkpoints"] == [2, 6]
+    for index, job in jobs.items():
+        assert [int(s) for s, _ in job.steps] in ([2], [2, 6])
+        assert [v["error"] for _, v in job.steps] == pytest.approx(
+            [_toy_curve(experiment.trials[index], 6)[int(s) - 1] for s, _ in job.steps], rel=1e-12)
+        if job.paused:  # with its state after epoch 2, not after an epoch between
+            assert job.status["step"] == 2.0
+            assert load_checkpoint(out / "runs" / f"trial_{index}") == {"epoch": 2}
+    assert any(job.paused for job in jobs.values()) and any(
+        job.status == {"status": "completed"} for job in jobs.values())
+    assert report["epochs_trained"] == sum(int(job.last_step) for job in jobs.values()) <= 24
+
+
 def test_dask_workers_pause_and_resume_runs(tmp_path: Path) -> None:
     """Freeze-thaw on a dask cluster: pausing and resuming lose and repeat no epoch, and
     the budget holds.

@@ -58,7 +58,8 @@ def _wait(condition: Callable[[], object], what: str, timeout: float = 60.0) -> 
 
 
 def _start_job(tmp_path: Path, checkpoint: bool = True, timeout: float | None = 30.0,
-               train: str = TOY, epochs: int = 4) -> tuple[threading.Thread, dict]:
+               train: str = TOY, epochs: int = 4,
+               checkpoints: list[int] | None = None) -> tuple[threading.Thread, dict]:
     result: dict = {}
 
     def run() -> None:
@@ -66,7 +67,7 @@ def _start_job(tmp_path: Path, checkpoint: bool = True, timeout: float | None = 
             train, {"epochs": epochs}, PARAMETERS, 5, str(tmp_path / "p.jsonl"),
             str(tmp_path / "p.verdict"), final_step=epochs,
             checkpoint_dir=str(tmp_path / "ckpt") if checkpoint else None,
-            verdict_timeout=timeout)
+            verdict_timeout=timeout, checkpoints=checkpoints)
 
     thread = threading.Thread(target=run)
     thread.start()
@@ -161,6 +162,21 @@ def test_pause_then_resume_gives_the_curve_of_a_run_never_paused(tmp_path: Path)
     job = read_job(progress)
     assert result["status"] == "completed" and job.runs == 2 and job.run_steps == 2
     assert job.steps == _uninterrupted(tmp_path)  # epochs 1..4, once each, same values
+
+
+def test_a_job_records_and_waits_at_its_checkpoints_only(tmp_path: Path) -> None:
+    progress = tmp_path / "p.jsonl"
+    # Epoch 1 is not a checkpoint: the job trains on, and waits (in vain) after epoch 2.
+    thread, result = _start_job(tmp_path, timeout=0.3, checkpoints=[2, 4])
+    thread.join(30)
+    job = read_job(progress)
+    assert result["status"] == "paused" and job.status["step"] == 2.0 and _steps(progress) == [2]
+    assert [p.name for p in (tmp_path / "ckpt").iterdir()] == ["checkpoint-2.0.pt"]
+    thread, result = _start_job(tmp_path, timeout=None, checkpoints=[2, 4])  # resumed
+    thread.join(30)
+    reference = dict(_uninterrupted(tmp_path))
+    assert result["status"] == "completed"
+    assert read_job(progress).steps == [(2.0, reference[2.0]), (4.0, reference[4.0])]
 
 
 def test_resumability_is_the_checkpoint_dir_keyword() -> None:

@@ -50,9 +50,15 @@ def test_a_mapping_works_like_a_file_and_the_name_defaults_to_the_job() -> None:
     assert [p.name for p in problem.parameters] == ["x1", "x2"]
 
 
+def test_checkpoints_are_the_files_or_every_epoch() -> None:
+    assert problem_from_space(JOB, _space(checkpoints=[1, 3, 4])).checkpoints.tolist() == [1, 3, 4]
+    assert problem_from_space(JOB, _space()).checkpoints.tolist() == [1, 2, 3, 4]
+
+
 def test_the_shipped_toy_space_file_loads() -> None:
     problem = problem_from_space(JOB, ROOT / "examples" / "toy_space.json")
     assert problem.metric == "error" and problem.budget == 40
+    assert problem.checkpoints.tolist() == [1, 2, 4, 8]
 
 
 BAD_SPACES = {
@@ -62,6 +68,13 @@ BAD_SPACES = {
     "epochs not an integer": (_space(epochs=2.5), "'epochs' must be an integer >= 1"),
     "epochs zero": (_space(epochs=0), "'epochs' must be an integer >= 1"),
     "bad budget": (_space(budget=-1), "'budget' must be an integer >= 1"),
+    "checkpoints not increasing": (_space(checkpoints=[1, 3, 2, 4]),
+                                   "'checkpoints' must be increasing whole epochs >= 1"),
+    "checkpoints of fractions": (_space(checkpoints=[0.5, 4]),
+                                 "'checkpoints' must be increasing whole epochs >= 1"),
+    "checkpoints not a list": (_space(checkpoints=4), "'checkpoints' must be increasing"),
+    "checkpoints short of the run": (_space(checkpoints=[1, 2]),
+                                     "the last checkpoint must be the final epoch 4"),
     "no parameters": (_space(parameters=[]), "'parameters' must be a non-empty list"),
     "unknown type": (_space(parameters=[{"name": "x1", "type": "rnge", "bounds": [0, 1]}]),
                      "parameters[0] ('x1'): 'type' must be one of range, choice, fixed"),
