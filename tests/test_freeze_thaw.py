@@ -247,9 +247,10 @@ def traces() -> list:
     torch.set_num_threads(1)
     problem = synthetic_problem(n=60, seed=3, checkpoints=(1, 3, 7, 21))
     options = {"num_samples": 64, "num_candidates": 16, "refit_growth": 1.0}
+    # Seed 1 only has to differ from seed 0, which it does from its first start.
     return problem, [
-        simulate(GPARFreezeThaw(**options), problem, seed, budget=110, workers=2)
-        for seed in (0, 0, 1)
+        simulate(GPARFreezeThaw(**options), problem, seed, budget=budget, workers=2)
+        for seed, budget in ((0, 110), (0, 110), (1, 30))
     ]
 
 
@@ -266,7 +267,7 @@ def test_adapter_resumes_paused_runs_within_the_budget(traces) -> None:
 def test_adapter_is_reproducible_given_a_seed(traces) -> None:
     _, (first, again, other) = traces
     assert first.trials == again.trials and first.incumbent_error == again.incumbent_error
-    assert first.trials != other.trials
+    assert other.trials != first.trials[:len(other.trials)]
 
 
 def test_the_benchmark_driver_registers_the_policy_with_its_defaults() -> None:

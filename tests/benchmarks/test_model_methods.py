@@ -180,6 +180,7 @@ def test_early_stopping_deterministically_stops_runs_that_would_not_win(name: st
     assert len({t["setting"] for t in traces[0].trials}) == len(traces[0].trials)
 
 
+@pytest.mark.slow  # left out of CI for time (README, "Tests and CI")
 def test_surrogate_quality_quick_rows() -> None:
     rows = surrogate_quality(short_problem(n=200), seeds=[0], quick=True)
     models = {row["model"] for row in rows if row["prefix"] == "all"}

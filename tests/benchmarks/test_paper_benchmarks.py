@@ -41,7 +41,7 @@ def test_load_fx2007_rejects_unknown_convention() -> None:
         datasets.load_fx2007("other")
 
 
-@pytest.mark.long
+@pytest.mark.slow  # left out of CI for time (README, "Tests and CI")
 def test_jura_quick_writes_results(tmp_path: Path) -> None:
     rows = jura.main(["--quick", "--out", str(tmp_path)])
     assert [r["model"] for r in rows] == list(jura.MODELS)
