@@ -59,6 +59,8 @@ def test_the_toy_job_tunes_through_job_and_space(tmp_path: Path, capsys) -> None
     (["--space", "{space}"], "--space needs --job"),
     (["--job", TOY, "--space", "{space}", "--max-examples", "50"],
      "--max-examples only apply to the MNIST MLP"),
+    (["--job", TOY, "--space", "{space}", "--checkpoints", "1", "2"],
+     "--checkpoints only apply to the MNIST MLP"),
     (["--job", TOY, "--space", "{space}", "--epochs", "3", "--data-dir", "{tmp}"],
      "--epochs, --data-dir only apply to the MNIST MLP"),
     (["--job", "no_such_module:train", "--space", "{space}"],
