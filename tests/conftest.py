@@ -3,6 +3,8 @@ fitted curve model."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from filelock import FileLock
@@ -38,19 +40,21 @@ def dtype(request: pytest.FixtureRequest) -> torch.dtype:
 
 
 @pytest.fixture(scope="session")
-def _curve_model_state(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> dict:
+def _curve_model_state(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The state of a GPAR fitted (in float64) to ``partial_curves()``, fitted once per
     test run: the fit is the slow part of every module's ``curve_model``. pytest-xdist's
-    workers share it through a file in their common temporary folder, under a lock."""
+    workers share it through a file of this run in their common temporary folder, under
+    a lock (filelock: a dependency of the package)."""
 
     def fitted_state() -> dict:
         torch.set_num_threads(1)
         X, Y = partial_curves()
         return fit(GPARModel(X, Y, output_names=EPOCHS)).state_dict()
 
-    if worker_id == "master":  # not run by pytest-xdist
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:  # not run by pytest-xdist
         return fitted_state()
-    path = tmp_path_factory.getbasetemp().parent / "curve_model_state.pt"
+    path = tmp_path_factory.getbasetemp().parent / f"curve_model_state-{run}.pt"
     with FileLock(f"{path}.lock"):
         if not path.is_file():
             torch.save(fitted_state(), path)

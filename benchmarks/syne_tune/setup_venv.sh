@@ -27,7 +27,7 @@ fi
 "$base" -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' \
     || { echo "setup_venv.sh: $base is not python 3.11" >&2; exit 1; }
 if command -v uv >/dev/null; then  # the same pins, several times faster than pip
-    uv venv --quiet --python "$base" "$venv"
+    uv venv --quiet --allow-existing --python "$base" "$venv"
     uv pip install --quiet --python "$venv/bin/python" --no-deps -r "$here/requirements.txt"
     uv pip check --quiet --python "$venv/bin/python"
 else

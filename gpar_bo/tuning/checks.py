@@ -31,18 +31,16 @@ def check_tune_options(
     problems = []
     if scheduler not in SCHEDULERS:
         problems.append(f"scheduler must be one of {', '.join(SCHEDULERS)} (got {scheduler!r})")
-    elif scheduler == "freeze-thaw" and problem.epochs == 1:
-        problems.append("freeze-thaw needs at least 2 epochs per trial (got 1); use scheduler "
-                        "early-stopping")
+    elif problem.epochs == 1:
+        problems.append("GPAR needs at least 2 checkpoints, so runs of at least 2 epochs (got 1)")
     if problem.epochs < 1:
         # The budget and min_epochs are judged against the epochs: say only this.
         problems.append(f"epochs must be >= 1 (got {problem.epochs})")
     elif problem.checkpoint_epochs is not None:
         bad = checkpoint_problems(problem.checkpoint_epochs, problem.epochs)
         problems.extend(bad)
-        if not bad and scheduler == "freeze-thaw" and len(problem.checkpoint_epochs) < 2:
-            problems.append("freeze-thaw needs at least 2 checkpoints (got "
-                            f"{problem.checkpoint_epochs}); use scheduler early-stopping")
+        if not bad and len(problem.checkpoint_epochs) < 2:
+            problems.append(f"GPAR needs at least 2 checkpoints (got {problem.checkpoint_epochs})")
     if workers < 1:
         problems.append(f"workers must be >= 1 (got {workers})")
     if problem.epochs >= 1 and budget_epochs < problem.epochs:

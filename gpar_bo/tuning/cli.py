@@ -29,7 +29,7 @@ def add_tune_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
             "Tune a training job under an epoch budget: the MNIST MLP's six "
             "hyperparameters by default, or your own function with --job MODULE:FUNCTION "
             "--space SPACE.JSON. By default "
-            "(--scheduler freeze-thaw) GPAR's freeze-thaw policy decides at every epoch "
+            "(--scheduler freeze-thaw) GPAR's freeze-thaw policy decides at every checkpoint "
             "which run trains on: it pauses runs, resumes paused ones and starts new "
             "settings. With --scheduler early-stopping, Ax runs Sobol trials, then GPAR, "
             "and stops running trials that GPAR gives little chance of beating the best "

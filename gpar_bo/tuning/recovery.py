@@ -181,11 +181,13 @@ def _check_header(runner: CurveRunner, path: Path, job: JobRecord,
     header = job.header
     if header is None:
         return
-    if header.get("train") != runner.train or header.get("train_kwargs") != runner.train_kwargs:
+    if (header.get("train") != runner.train or header.get("train_kwargs") != runner.train_kwargs
+            or header.get("checkpoints") != runner.checkpoints):
         raise TuneError(
             f"{path} was written by another tuning job ({header.get('train')} with "
-            f"{header.get('train_kwargs')}), not this one ({runner.train} with "
-            f"{runner.train_kwargs}); move it away or use another output directory."
+            f"{header.get('train_kwargs')}, checkpoints {header.get('checkpoints')}), not this "
+            f"one ({runner.train} with {runner.train_kwargs}, checkpoints "
+            f"{runner.checkpoints}); move it away or use another output directory."
         )
     if trial is not None and trial.arms and header.get("parameters") != trial.arms[0].parameters:
         raise TuneError(

@@ -137,8 +137,10 @@ def open_experiment(
             stored = experiment.runner
             raise TuneSettingsError(
                 f"{directory} holds another tuning experiment ({experiment.name!r}, job "
-                f"settings {getattr(stored, 'train_kwargs', None)}) with trained epochs; use "
-                f"another output directory to start {name!r} with {runner.train_kwargs}."
+                f"settings {getattr(stored, 'train_kwargs', None)}, checkpoints "
+                f"{getattr(stored, 'checkpoints', None) or 'every epoch'}) with trained epochs; "
+                f"use another output directory to start {name!r} with {runner.train_kwargs}, "
+                f"checkpoints {runner.checkpoints or 'every epoch'}."
             )
         moved = _move_aside(directory)
         logger.warning("%s held experiment %r whose %d trials trained no epoch; moved its "

@@ -74,19 +74,21 @@ __all__ = ["INTERRUPTED", "CurveMetric", "CurveRunner", "json_registries", "regi
 @functools.lru_cache(maxsize=None)
 def _worker_context(train: str) -> multiprocessing.context.BaseContext:
     """How local workers start: forked from a fresh server process that imported torch
-    and the module of the job ``train`` once (``forkserver``), else a fresh interpreter
-    each (``spawn``).
+    once (``forkserver``), else a fresh interpreter each (``spawn``).
 
     Never forked from the tuning process itself, which runs torch and Ax threads. The
-    server is one per tuning process, so a worker starts without importing torch or
-    the job's module again (a job module that imports Ax takes seconds to import).
+    server is one per tuning process, so a worker starts without importing torch again.
+    A job of this package (e.g. the MNIST MLP) is imported in the server too; a user's
+    module is imported by each worker, as its import may have effects that must not be
+    shared by forked workers (a CUDA context, threads) or may end the server.
     """
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    # Takes effect when the server starts (the first pool of this process); the job's
-    # module imports in this process first (``_is_resumable``), so it is known to import.
-    context.set_forkserver_preload(["torch", "gpar_bo.tuning.jobs", train.split(":")[0]])
+    # Takes effect when the server starts (the first pool of this process).
+    module = train.partition(":")[0]
+    own = [module] if module.startswith("gpar_bo.") else []
+    context.set_forkserver_preload(["torch", "gpar_bo.tuning.jobs", *own])
     return context
 
 
@@ -303,7 +305,7 @@ class CurveRunner(Runner):
         checkpoint_dir = str(self.checkpoint_dir(trial.index)) if self.resumable else None
         header = {"trial": trial.index, "arm": arm.name, "parameters": dict(arm.parameters),
                   "train": self.train, "train_kwargs": self.train_kwargs,
-                  "checkpoint_dir": checkpoint_dir}
+                  "checkpoints": self.checkpoints, "checkpoint_dir": checkpoint_dir}
         try:
             create_progress_file(progress, header)
         except FileExistsError:

@@ -62,7 +62,13 @@ def make_runner(problem: TuningProblem, directory: Path, workers: int, use_dask:
     return CurveRunner(problem.train, str(directory / "runs"), problem.train_kwargs,
                        max_workers=workers, use_dask=use_dask,
                        scheduler_address=scheduler_address, final_step=problem.epochs,
-                       verdict_timeout=verdict_timeout, checkpoints=problem.checkpoint_epochs)
+                       verdict_timeout=verdict_timeout, checkpoints=_recorded(problem))
+
+
+def _recorded(problem: TuningProblem) -> list[int] | None:
+    """The runner's checkpoints: None when they are every epoch (however spelled)."""
+    every = list(range(1, problem.epochs + 1))
+    return None if [int(c) for c in problem.checkpoints] == every else list(problem.checkpoints)
 
 
 def new_experiment(problem: TuningProblem, runner: CurveRunner, scheduler: str) -> Experiment:
@@ -188,7 +194,7 @@ def finish_run(directory: Path, experiment: Experiment, strategy: GenerationStra
     """
     snapshot = directory / SNAPSHOT
     save_snapshot(snapshot, experiment, strategy)
-    runner.shutdown()  # waits for local jobs to finish their current epoch
+    runner.shutdown()  # waits for local jobs to reach their next checkpoint
     # From the progress files, not ``experiment.fetch_data()``: every metric is a
     # CurveMetric, and Ax's fetch raises for a trial that has not reported yet.
     sync_trial_data(experiment)

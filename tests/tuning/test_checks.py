@@ -39,6 +39,7 @@ CASES = {
     "zero epochs": (["--epochs", "0"], "epochs must be >= 1 (got 0)"),
     "checkpoints short of the run": (["--checkpoints", "1", "2"],
                                      "the last checkpoint must be the final epoch 3"),
+    "one checkpoint": (["--checkpoints", "3"], "GPAR needs at least 2 checkpoints (got [3])"),
     "out is a file": (["--out", "{tmp}/file"], "is a file, not a directory"),
     "out cannot be made": (["--out", "/dev/null/out"], "is not writable"),
     "scheduler unreachable": (["--dask-scheduler", "tcp://127.0.0.1:{port}",

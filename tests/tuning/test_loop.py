@@ -83,7 +83,10 @@ def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path) -> Non
     assert len(completed) >= 2 and running
     curves_before = _curves(before)
 
-    for other in (toy_problem(EPOCHS + 1, 0.15), toy_problem(EPOCHS, 0.3)):  # epochs; job settings
+    other_checkpoints = toy_problem(EPOCHS, 0.15)
+    other_checkpoints.checkpoint_epochs = [2, EPOCHS]
+    # Other epochs, job settings, checkpoints.
+    for other in (toy_problem(EPOCHS + 1, 0.15), toy_problem(EPOCHS, 0.3), other_checkpoints):
         with pytest.raises(ValueError, match="another tuning experiment"):
             tune(other, out, 1000, scheduler="early-stopping", progress=False)
     # A high threshold makes early stopping near-certain on this problem.

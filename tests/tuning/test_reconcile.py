@@ -94,11 +94,12 @@ def test_reconcile_settles_unfinished_trials_and_rebuilds_missing_ones(tmp_path:
     assert read_verdict(tmp_path / "trial_0.verdict")["verdict"] == "stop"
 
 
-def test_reconcile_refuses_files_of_another_job(tmp_path: Path) -> None:
+@pytest.mark.parametrize("other", [{"train_kwargs": {"epochs": 9}}, {"checkpoints": [2.0, 4.0]}])
+def test_reconcile_refuses_files_of_another_job(tmp_path: Path, other: dict) -> None:
     experiment = _experiment(tmp_path)
     create_progress_file(tmp_path / "trial_0.jsonl", {
         "trial": 0, "arm": "0_0", "parameters": {"x1": 0.5, "x2": 0.5}, "train": TOY,
-        "train_kwargs": {"epochs": 9}})
+        "train_kwargs": experiment.runner.train_kwargs, **other})
     with pytest.raises(TuneError, match="written by another tuning job"):
         reconcile(experiment, experiment.runner)
 
