@@ -3,14 +3,8 @@
 import time
 
 import torch
-from ax.api.utils.instantiation.from_string import optimization_config_from_string
-from ax.core.arm import Arm
-from ax.core.experiment import Experiment
-from ax.core.parameter import ParameterType, RangeParameter
-from ax.core.search_space import SearchSpace
 
-from gpar_bo.tuning.jobs import load_checkpoint, read_job, save_checkpoint
-from gpar_bo.tuning.runner import CurveMetric, CurveRunner
+from gpar_bo.tuning.jobs import load_checkpoint, read_job, save_checkpoint  # light: no Ax
 
 
 def train(parameters, report, trial_index, epochs=5, checkpoint_dir=None):
@@ -43,6 +37,15 @@ def wait_until(condition):
 
 
 if __name__ == "__main__":  # jobs run in spawned worker processes
+    # The tuner's imports (Ax): the worker imports this module for train, not these.
+    from ax.api.utils.instantiation.from_string import optimization_config_from_string
+    from ax.core.arm import Arm
+    from ax.core.experiment import Experiment
+    from ax.core.parameter import ParameterType, RangeParameter
+    from ax.core.search_space import SearchSpace
+
+    from gpar_bo.tuning.runner import CurveMetric, CurveRunner
+
     runner = CurveRunner("resumable_job:train", "runs", {"epochs": 5}, max_workers=1,
                          final_step=5)
     experiment = Experiment(

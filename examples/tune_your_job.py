@@ -8,8 +8,7 @@ from pathlib import Path
 
 import torch
 
-from gpar_bo.tuning import problem_from_space, tune
-from gpar_bo.tuning.jobs import load_checkpoint, save_checkpoint
+from gpar_bo.tuning.jobs import load_checkpoint, save_checkpoint  # light: no Ax
 
 
 def train(parameters, report, trial_index, epochs, checkpoint_dir=None, n=256):
@@ -43,6 +42,9 @@ def train(parameters, report, trial_index, epochs, checkpoint_dir=None, n=256):
 
 
 if __name__ == "__main__":  # jobs run in spawned worker processes
+    # The tuner's imports (Ax): each worker imports this module for train, not these.
+    from gpar_bo.tuning import problem_from_space, tune
+
     torch.set_num_threads(1)
     space = Path(__file__).with_name("tune_your_job_space.json")
     problem = problem_from_space("tune_your_job:train", space)
