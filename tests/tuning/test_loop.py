@@ -226,7 +226,9 @@ def test_early_stopping_runs_the_given_generation_and_stopping_strategies(
     tmp_path: Path, stopping: str | None
 ) -> None:
     out = tmp_path / "out"
-    tune(toy_problem(4), out, 12, scheduler="early-stopping", workers=2, poll_seconds=0.1,
+    problem = toy_problem(4)
+    problem.checkpoint_epochs = [2, 4]  # recorded and decided at epochs 2 and 4 only
+    tune(problem, out, 12, scheduler="early-stopping", workers=2, poll_seconds=0.1,
          progress=False, generation_strategy=_sobol_only(3),
          early_stopping_strategy=_StopAtSecondEpoch() if stopping else None, **FAST)
     experiment, strategy = load_snapshot(out / "snapshot.json")
@@ -236,11 +238,11 @@ def test_early_stopping_runs_the_given_generation_and_stopping_strategies(
     # The given strategy stops each trial at its 2nd epoch, which it trains no further;
     # without one, every trial trains to its final epoch.
     assert [j.status["status"] for j in jobs] == ["stopped" if stopping else "completed"] * len(jobs)
-    assert [j.last_step for j in jobs] == [2.0 if stopping else 4.0] * len(jobs)
+    assert [[s for s, _ in j.steps] for j in jobs] == [[2.0] if stopping else [2.0, 4.0]] * len(jobs)
     # The budget commits a running trial's 4 epochs, so 3 full trials fit in 12; a stop at
     # epoch 2 gives 2 back, so stopped trials make room for more (how many depends on how
     # soon the stops come), never past the budget.
-    assert sum(j.last_step for j in jobs) <= 12
+    assert sum(j.last_step for j in jobs) <= 12  # epochs trained, checkpoints or not
     assert len(jobs) >= 4 if stopping else len(jobs) == 3
 
 
