@@ -36,9 +36,9 @@ With early stopping the budget counts epochs: no new trial starts once the epoch
 trained plus those the running trials may still train, plus one full trial, would
 exceed it. (Freeze-thaw commits one checkpoint at a time: see its module.)
 
-Jobs wait at each checkpoint (every epoch by default) for their verdict (:mod:`gpar_bo.tuning.jobs`). With early
-stopping the Orchestrator gives it at each poll once early stopping has seen that
-epoch (:mod:`gpar_bo.tuning.orchestrator`): a stopped trial trains no epoch past the
+Jobs wait at each checkpoint (every epoch by default) for their verdict
+(:mod:`gpar_bo.tuning.jobs`). With early stopping the Orchestrator gives it at each poll
+once early stopping has seen that epoch (:mod:`gpar_bo.tuning.orchestrator`): a stopped trial trains no epoch past the
 checkpoint at which it was stopped. Resumable jobs pause when this process ends
 (Ctrl-C, or no verdict within ``verdict_timeout`` after a crash) and are resumed
 from their checkpoint by the next run.

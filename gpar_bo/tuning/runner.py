@@ -191,6 +191,14 @@ class CurveRunner(Runner):
         if verdict_timeout is not None and not verdict_timeout > 0:
             raise ValueError(
                 f"verdict_timeout must be > 0 seconds or None, got {verdict_timeout}.")
+        if checkpoints is not None:
+            steps = [float(c) for c in checkpoints]
+            if not steps or not all(math.isfinite(c) for c in steps) or any(
+                    a >= b for a, b in zip(steps, steps[1:])):
+                raise ValueError(f"checkpoints must be increasing finite steps, got {checkpoints}.")
+            if final_step is not None and float(final_step) != steps[-1]:
+                raise ValueError(f"the last checkpoint must be final_step {final_step}, got "
+                                 f"{checkpoints}.")
         self.train = train
         self.directory = str(directory)
         self.train_kwargs = dict(train_kwargs or {})

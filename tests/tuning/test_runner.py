@@ -250,3 +250,16 @@ def test_dask_scheduler_address_runs_and_stops_a_trial(tmp_path: Path) -> None:
         runner.shutdown()
     finally:
         cluster.close()
+
+
+@pytest.mark.parametrize("checkpoints, message", [
+    ([2.0, 1.0, 4.0], "increasing finite steps"),
+    ([1.0, float("nan"), 4.0], "increasing finite steps"),
+    ([], "increasing finite steps"),
+    ([1.0, 2.0], "the last checkpoint must be final_step 4"),
+])
+def test_bad_checkpoints_are_refused_at_construction(checkpoints: list, message: str,
+                                                     tmp_path) -> None:
+    with pytest.raises(ValueError, match=message):
+        CurveRunner("gpar_bo.problems.toy:train_toy_curves", str(tmp_path), final_step=4,
+                    checkpoints=checkpoints)
