@@ -27,9 +27,12 @@ it was stopped or paused, before it ended, must be 0.
 
 One JSON line per (method, seed, settings) goes to ``<out>/tune_mnist_runs.jsonl`` (a
 rerun skips finished ones; an interrupted run resumes through ``tune``'s own resume from
-``<out>/tune_mnist_runs/<method>/seed<k>/``); the report is ``<out>/tune_mnist.{md,csv,json,png}``.
+``<out>/tune_mnist_runs/<kind>/<method>/seed<k>/``); the report is ``<out>/tune_mnist.{md,csv,json,png}``
+(with ``--checkpoints``, ``<out>/tune_mnist_checkpoints_<epochs>.*``: the checkpoints of the
+freeze-thaw benchmark's MNIST table are 1, 3, 7, 14, 21).
 
     python -m benchmarks.tune_mnist --seeds 0 1 2 3 4
+    python -m benchmarks.tune_mnist --seeds 0 1 2 3 4 --checkpoints 1 3 7 14 21
     python -m benchmarks.tune_mnist --quick        # tiny settings, for the tests
     python -m benchmarks.tune_mnist --report-only
 """
@@ -44,7 +47,7 @@ import os
 import resource
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import wraps
 from pathlib import Path
 from typing import Any
@@ -72,6 +75,16 @@ class Settings:
     workers: int = 4
     max_examples: int | None = None  # None: the embedded 5k digits
     poll_seconds: float = 1.0  # how often the tuner looks at the jobs (tune()'s default)
+    #: The epochs at which runs are recorded, paused or stopped (``gpar-bo tune
+    #: --checkpoints``); None: every epoch, the default of ``gpar-bo tune``.
+    checkpoints: tuple[int, ...] | None = None
+
+    @property
+    def stem(self) -> str:
+        """The report's file name: ``tune_mnist``, or with the checkpoints when given."""
+        if self.checkpoints is None:
+            return "tune_mnist"
+        return "tune_mnist_checkpoints_" + "-".join(map(str, self.checkpoints))
 
 
 FULL = Settings()
@@ -121,6 +134,8 @@ def run_method(method: str, seed: int, settings: Settings, directory: Path) -> d
     from gpar_bo.tuning.session import make_runner
 
     problem = mnist_problem(epochs=settings.epochs, seed=seed, max_examples=settings.max_examples)
+    if settings.checkpoints is not None:
+        problem.checkpoint_epochs = list(settings.checkpoints)
     directory = check_output_directory(directory)
     runner = make_runner(problem, directory, settings.workers, False, None)
     _log_verdicts(runner, directory / VERDICT_LOG)
@@ -214,8 +229,15 @@ def load_runs(path: Path) -> list[dict]:
 
 
 def run_key(record: dict) -> tuple:
+    checkpoints = record.get("checkpoints")  # records from before the option: every epoch
     return (record["method"], record["seed"], record["epochs"], record["budget"], record["workers"],
-            record["max_examples"])
+            record["max_examples"], None if checkpoints is None else tuple(checkpoints))
+
+
+def settings_key(settings: Settings) -> tuple:
+    """The part of :func:`run_key` that ``settings`` fix."""
+    return (settings.epochs, settings.budget, settings.workers, settings.max_examples,
+            settings.checkpoints)
 
 
 def plot(path: Path, table: dict[int, dict[str, float]]) -> None:
@@ -242,7 +264,7 @@ def plot(path: Path, table: dict[int, dict[str, float]]) -> None:
 def report(records: list[dict], settings: Settings, seeds: Sequence[int], out: Path, command: str) -> str:
     """Write ``tune_mnist.{md,csv,json,png}`` from the records of ``seeds`` at ``settings``; the markdown."""
     mine = {(r["method"], r["seed"]): r for r in records
-            if run_key(r)[2:] == (settings.epochs, settings.budget, settings.workers, settings.max_examples)
+            if run_key(r)[2:] == settings_key(settings)
             and r["seed"] in seeds}
     if not mine:
         raise SystemExit("No runs to report for these seeds and settings.")
@@ -284,7 +306,8 @@ def report(records: list[dict], settings: Settings, seeds: Sequence[int], out: P
     )
     notes = [
         f"Settings: MNIST-5k (embedded{'' if settings.max_examples is None else f', first {settings.max_examples} digits'}), "
-        f"{settings.epochs}-epoch runs, a {settings.budget}-epoch budget, {settings.workers} workers; "
+        f"{settings.epochs}-epoch runs, a {settings.budget}-epoch budget, {settings.workers} workers, "
+        f"checkpoints {'every epoch' if settings.checkpoints is None else list(settings.checkpoints)}; "
         f"seeds with all three methods: {complete}.",
         "## Summary over seeds\n\n" + markdown_table(summary),
         f"**Freeze-thaw wins** (lower best final validation error, per seed): "
@@ -313,10 +336,10 @@ def report(records: list[dict], settings: Settings, seeds: Sequence[int], out: P
     ]
     extra = {"records": list(mine.values()), "wins": wins, "target_met": met, "summary": summary,
              "settings": asdict(settings)}
-    write_results(out, "tune_mnist", "`gpar-bo tune` freeze-thaw vs Ax on real MNIST training",
+    write_results(out, settings.stem, "`gpar-bo tune` freeze-thaw vs Ax on real MNIST training",
                   rows, command, list(seeds), notes="\n\n".join(notes), extra=extra)
-    plot(out / "tune_mnist.png", best)
-    return (out / "tune_mnist.md").read_text()
+    plot(out / f"{settings.stem}.png", best)
+    return (out / f"{settings.stem}.md").read_text()
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -326,9 +349,15 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--quick", action="store_true",
                         help="2-epoch runs, a 4-epoch budget, 1 worker, 300 digits, seed 0")
+    parser.add_argument("--checkpoints", type=int, nargs="+", default=None, metavar="EPOCH",
+                        help="the epochs at which runs are recorded, paused or stopped, as "
+                             "gpar-bo tune --checkpoints (default every epoch); the report is "
+                             "tune_mnist_checkpoints_<epochs>.*")
     parser.add_argument("--report-only", action="store_true", help="write the report from the runs file")
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else FULL
+    if args.checkpoints is not None:
+        settings = replace(settings, checkpoints=tuple(args.checkpoints))
     if args.quick:
         args.seeds = [0]
     if any(s < 0 for s in args.seeds):
@@ -342,10 +371,11 @@ def main(argv: list[str] | None = None) -> str:
             done = {run_key(r) for r in records}
             for seed in args.seeds:  # all methods of a seed before the next seed
                 for method in args.methods:
-                    key = (method, seed, settings.epochs, settings.budget, settings.workers, settings.max_examples)
+                    key = (method, seed, *settings_key(settings))
                     if key in done:
                         continue
-                    directory = args.out / WORK_DIR / ("quick" if args.quick else "full") / method / f"seed{seed}"
+                    kind = ("quick" if args.quick else "full") + settings.stem.removeprefix("tune_mnist")
+                    directory = args.out / WORK_DIR / kind / method / f"seed{seed}"
                     record = run_method(method, seed, settings, directory)
                     with path.open("a") as handle:  # whole lines: a kill loses only the run in progress
                         handle.write(json.dumps(record) + "\n")

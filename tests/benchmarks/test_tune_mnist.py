@@ -56,3 +56,22 @@ def test_a_second_writer_is_refused(tmp_path):
     with exclusive(tmp_path / bench.RUNS_FILE), pytest.raises(SystemExit, match="error:"):
         bench.main(["--quick", "--out", str(tmp_path)])
     assert not (tmp_path / bench.RUNS_FILE).exists()
+
+
+def test_runs_with_other_checkpoints_are_kept_and_reported_apart(tmp_path):
+    from dataclasses import asdict, replace
+
+    def record(method, seed, settings, best):
+        return {"method": method, "seed": seed, **asdict(settings), "best_final_val_error": best}
+
+    every = bench.FULL
+    coarse = replace(every, checkpoints=(1, 3, 7, 14, 21))
+    old = record("ax_default", 0, every, 0.1)
+    del old["checkpoints"]  # written before the option existed: every epoch
+    assert bench.run_key(old)[2:] == bench.settings_key(every)
+    new = json.loads(json.dumps(record("ax_default", 0, coarse, 0.2)))  # as read back
+    assert bench.run_key(new)[2:] == bench.settings_key(coarse) != bench.settings_key(every)
+    assert (every.stem, coarse.stem) == ("tune_mnist", "tune_mnist_checkpoints_1-3-7-14-21")
+    # Only the runs of the asked checkpoints are reported.
+    with pytest.raises(SystemExit, match="No runs"):
+        bench.report([old], coarse, [0], tmp_path, "cmd")
