@@ -11,7 +11,7 @@ from gpar_bo.ax import GPAREarlyStoppingStrategy, gpar_generation_strategy
 from gpar_bo.tuning.orchestrator import VerdictOrchestrator
 from gpar_bo.tuning.runner import CurveMetric, CurveRunner
 
-EPOCHS = list(range(1, 7))
+EPOCHS = list(range(1, 5))
 EFFORT = {"fit_kwargs": {"optimizer_kwargs": {"options": {"maxiter": 75}}},
           "acqf_optimizer_kwargs": {"num_restarts": 2, "raw_samples": 128}}
 
@@ -33,7 +33,7 @@ if __name__ == "__main__":  # trials run in spawned worker processes
         options=OrchestratorOptions(
             max_pending_trials=2,
             early_stopping_strategy=GPAREarlyStoppingStrategy(
-                EPOCHS, min_progression=3, refit_growth=0.5, fit_kwargs=EFFORT["fit_kwargs"]),
+                EPOCHS, min_progression=2, refit_growth=0.5, fit_kwargs=EFFORT["fit_kwargs"]),
             init_seconds_between_polls=0.25, min_seconds_before_poll=0.25,  # each epoch
             seconds_between_polls_backoff_factor=1.0),  # waits about one poll
     )

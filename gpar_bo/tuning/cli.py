@@ -61,7 +61,7 @@ def add_tune_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
     p.add_argument("--scheduler", choices=["freeze-thaw", "early-stopping"],
                    default="freeze-thaw",
                    help="freeze-thaw: GPAR's policy pauses, resumes and starts runs at every "
-                        "epoch (default); early-stopping: Ax's Sobol then GPAR, with GPAR "
+                        "checkpoint (default); early-stopping: Ax's Sobol then GPAR, with GPAR "
                         "early stopping")
     p.add_argument("--sobol-trials", type=int, default=6,
                    help="early-stopping: Sobol trials before GPAR (default 6)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -92,7 +93,7 @@ def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path) -> Non
     # A high threshold makes early stopping near-certain on this problem.
     report = tune(toy_problem(EPOCHS, 0.15), out, 1000, scheduler="early-stopping", num_sobol_trials=4, poll_seconds=0.2,
                   threshold=0.3, min_epochs=2, progress=False,
-                  max_trials=len(before.trials) + 2, **FAST)
+                  max_trials=len(before.trials) + 2, report_seconds=math.inf, **FAST)
 
     after, strategy = load_snapshot(out / "snapshot.json")
     curves_after = _curves(after)
