@@ -192,7 +192,9 @@ def summarise(directory: Path, epochs: int) -> dict[str, Any]:
     trained, finals, statuses, pauses, resumes, repeated = 0, {}, {}, 0, 0, 0
     for index, lines in jobs.items():
         steps = [line["step"] for line in lines if "values" in line]
-        trained += len(steps)
+        # Epochs, not records: with checkpoints a job records only at them. The last step
+        # a trial reached is the epochs it trained, less any it trained twice (counted apart).
+        trained += int(max(steps, default=0))
         repeated += len(steps) - len(set(steps))  # an epoch trained twice
         finals.update({index: line["values"]["val_error"] for line in lines
                        if "values" in line and line["step"] == epochs})

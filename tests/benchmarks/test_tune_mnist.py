@@ -75,3 +75,19 @@ def test_runs_with_other_checkpoints_are_kept_and_reported_apart(tmp_path):
     # Only the runs of the asked checkpoints are reported.
     with pytest.raises(SystemExit, match="No runs"):
         bench.report([old], coarse, [0], tmp_path, "cmd")
+
+
+def test_epochs_trained_counts_epochs_not_checkpoint_records(tmp_path):
+    def epoch(k):
+        return {"step": k, "values": {"val_error": 0.5}}
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    # Checkpoints 1, 3, 7 of 7: paused at 3, resumed, completed.
+    lines = [{"trial": 0}, {"started": {}}, epoch(1), epoch(3), {"status": "paused", "step": 3},
+             {"started": {}}, epoch(7), {"status": "completed", "step": 7}]
+    (runs / "trial_0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    summary = bench.summarise(tmp_path, 7)
+    assert summary["epochs_trained"] == 7 and summary["epochs_trained_twice"] == 0
+    assert summary["pauses"] == 1 and summary["resumes"] == 1
+    assert summary["trials_reaching_final_epoch"] == 1 and summary["best_final_val_error"] == 0.5
