@@ -27,12 +27,14 @@ it was stopped or paused, before it ended, must be 0.
 
 One JSON line per (method, seed, settings) goes to ``<out>/tune_mnist_runs.jsonl`` (a
 rerun skips finished ones; an interrupted run resumes through ``tune``'s own resume from
-``<out>/tune_mnist_runs/<kind>/<method>/seed<k>/``); the report is ``<out>/tune_mnist.{md,csv,json,png}``
-(with ``--checkpoints``, ``<out>/tune_mnist_checkpoints_<epochs>.*``: the checkpoints of the
-freeze-thaw benchmark's MNIST table are 1, 3, 7, 14, 21).
+``<out>/tune_mnist_runs/<kind>/<method>/seed<k>/``); the report is ``<out>/tune_mnist.{md,csv,json,png}``.
+Runs decide at the MNIST problem's default checkpoints (1, 3, 7, 14, 21: those of the
+freeze-thaw benchmark's MNIST table, ``gpar_bo.problems.mnist.job.TUNING_CHECKPOINTS``);
+``--checkpoints`` names others, reported apart (``tune_mnist_every_epoch.*`` for every
+epoch, the default before, else ``tune_mnist_checkpoints_<epochs>.*``).
 
     python -m benchmarks.tune_mnist --seeds 0 1 2 3 4
-    python -m benchmarks.tune_mnist --seeds 0 1 2 3 4 --checkpoints 1 3 7 14 21
+    python -m benchmarks.tune_mnist --seeds 0 1 2 3 4 --checkpoints $(seq 1 21)
     python -m benchmarks.tune_mnist --quick        # tiny settings, for the tests
     python -m benchmarks.tune_mnist --report-only
 """
@@ -76,15 +78,26 @@ class Settings:
     max_examples: int | None = None  # None: the embedded 5k digits
     poll_seconds: float = 1.0  # how often the tuner looks at the jobs (tune()'s default)
     #: The epochs at which runs are recorded, paused or stopped (``gpar-bo tune
-    #: --checkpoints``); None: every epoch, the default of ``gpar-bo tune``.
+    #: --checkpoints``); None: the MNIST problem's default, what ``gpar-bo tune`` uses.
     checkpoints: tuple[int, ...] | None = None
 
     @property
+    def resolved_checkpoints(self) -> tuple[int, ...]:
+        from gpar_bo.problems.mnist.job import tuning_checkpoints
+
+        return tuple(tuning_checkpoints(self.epochs) if self.checkpoints is None else self.checkpoints)
+
+    @property
     def stem(self) -> str:
-        """The report's file name: ``tune_mnist``, or with the checkpoints when given."""
-        if self.checkpoints is None:
+        """The report's file name: ``tune_mnist`` at the default checkpoints."""
+        from gpar_bo.problems.mnist.job import tuning_checkpoints
+
+        checkpoints = self.resolved_checkpoints
+        if checkpoints == tuple(tuning_checkpoints(self.epochs)):
             return "tune_mnist"
-        return "tune_mnist_checkpoints_" + "-".join(map(str, self.checkpoints))
+        if checkpoints == tuple(range(1, self.epochs + 1)):
+            return "tune_mnist_every_epoch"
+        return "tune_mnist_checkpoints_" + "-".join(map(str, checkpoints))
 
 
 FULL = Settings()
@@ -133,9 +146,8 @@ def run_method(method: str, seed: int, settings: Settings, directory: Path) -> d
     from gpar_bo.tuning.loop import tune
     from gpar_bo.tuning.session import make_runner
 
-    problem = mnist_problem(epochs=settings.epochs, seed=seed, max_examples=settings.max_examples)
-    if settings.checkpoints is not None:
-        problem.checkpoint_epochs = list(settings.checkpoints)
+    problem = mnist_problem(epochs=settings.epochs, seed=seed, max_examples=settings.max_examples,
+                            checkpoints=settings.resolved_checkpoints)
     directory = check_output_directory(directory)
     runner = make_runner(problem, directory, settings.workers, False, None)
     _log_verdicts(runner, directory / VERDICT_LOG)
@@ -156,6 +168,7 @@ def run_method(method: str, seed: int, settings: Settings, directory: Path) -> d
          runner=runner, poll_seconds=settings.poll_seconds, **options)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     record = {"method": method, "seed": seed, **asdict(settings),
+              "checkpoints": list(settings.resolved_checkpoints),
               "wall_s": time.perf_counter() - wall, "tuner_cpu_s": time.process_time() - cpu,
               "jobs_cpu_s": (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)}
     return {**record, **summarise(directory, settings.epochs)}
@@ -231,15 +244,16 @@ def load_runs(path: Path) -> list[dict]:
 
 
 def run_key(record: dict) -> tuple:
-    checkpoints = record.get("checkpoints")  # records from before the option: every epoch
+    # Records from before checkpoints were recorded decided at every epoch, then the default.
+    checkpoints = record.get("checkpoints") or range(1, record["epochs"] + 1)
     return (record["method"], record["seed"], record["epochs"], record["budget"], record["workers"],
-            record["max_examples"], None if checkpoints is None else tuple(checkpoints))
+            record["max_examples"], tuple(int(c) for c in checkpoints))
 
 
 def settings_key(settings: Settings) -> tuple:
     """The part of :func:`run_key` that ``settings`` fix."""
     return (settings.epochs, settings.budget, settings.workers, settings.max_examples,
-            settings.checkpoints)
+            settings.resolved_checkpoints)
 
 
 def plot(path: Path, table: dict[int, dict[str, float]]) -> None:
@@ -309,7 +323,7 @@ def report(records: list[dict], settings: Settings, seeds: Sequence[int], out: P
     notes = [
         f"Settings: MNIST-5k (embedded{'' if settings.max_examples is None else f', first {settings.max_examples} digits'}), "
         f"{settings.epochs}-epoch runs, a {settings.budget}-epoch budget, {settings.workers} workers, "
-        f"checkpoints {'every epoch' if settings.checkpoints is None else list(settings.checkpoints)}; "
+        f"checkpoints {list(settings.resolved_checkpoints)}; "
         f"seeds with all three methods: {complete}.",
         "## Summary over seeds\n\n" + markdown_table(summary),
         f"**Freeze-thaw wins** (lower best final validation error, per seed): "
@@ -353,8 +367,9 @@ def main(argv: list[str] | None = None) -> str:
                         help="2-epoch runs, a 4-epoch budget, 1 worker, 300 digits, seed 0")
     parser.add_argument("--checkpoints", type=int, nargs="+", default=None, metavar="EPOCH",
                         help="the epochs at which runs are recorded, paused or stopped, as "
-                             "gpar-bo tune --checkpoints (default every epoch); the report is "
-                             "tune_mnist_checkpoints_<epochs>.*")
+                             "gpar-bo tune --checkpoints (default: the MNIST problem's, 1 3 7 14 "
+                             "21); other checkpoints are reported apart, as "
+                             "tune_mnist_every_epoch.* or tune_mnist_checkpoints_<epochs>.*")
     parser.add_argument("--report-only", action="store_true", help="write the report from the runs file")
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else FULL

@@ -18,11 +18,12 @@ from benchmarks.bo.harness import TabularProblem
 from gpar_bo.problems import funnel_mlp
 from gpar_bo.problems.mnist import HPARAM_NAMES
 from gpar_bo.problems.mnist.curves import load_curves
+from gpar_bo.problems.mnist.job import TUNING_CHECKPOINTS
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MNIST_CSV = DATA / "mnist_curves_tabular.csv"
 EPOCHS = 21
-DEFAULT_CHECKPOINTS = (1, 3, 7, 14, 21)
+DEFAULT_CHECKPOINTS = TUNING_CHECKPOINTS  # what gpar-bo tune decides at on MNIST
 #: The funnel-MLP tables: data set -> CSV (made by ``gpar-bo generate-funnel-curves``).
 FUNNEL_CSV = {"digits": DATA / "digits_funnel_curves.csv"}
 FUNNEL_EPOCHS = 50

@@ -55,8 +55,9 @@ def add_tune_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
                    help="MNIST: epochs of a full trial (default 10; --job: the space file's)")
     p.add_argument("--checkpoints", type=int, nargs="+", default=None, metavar="EPOCH",
                    help="MNIST: the epochs at which runs are recorded and may be paused or "
-                        "stopped, ending at --epochs (default every epoch; --job: the space "
-                        "file's)")
+                        "stopped, ending at --epochs (default: those of the benchmarks, 1 3 7 "
+                        "14 21 for 21 epochs, scaled to --epochs, e.g. 1 3 7 10; --job: the "
+                        "space file's)")
     p.add_argument("--workers", type=int, default=2, help="trials trained in parallel (default 2)")
     p.add_argument("--scheduler", choices=["freeze-thaw", "early-stopping"],
                    default="freeze-thaw",
@@ -134,14 +135,13 @@ def _problem(args: argparse.Namespace) -> TuningProblem:
     if args.job is None:
         from gpar_bo.problems.mnist.job import mnist_problem
 
-        problem = mnist_problem(
+        return mnist_problem(  # the checkpoints are checked with the other settings
             epochs=10 if args.epochs is None else args.epochs,
             data_dir=None if args.data_dir is None else str(args.data_dir.resolve()),
             seed=args.seed,
             max_examples=args.max_examples,
+            checkpoints=args.checkpoints,
         )
-        problem.checkpoint_epochs = args.checkpoints  # checked with the other settings
-        return problem
     mnist_only = [f"--{o.replace('_', '-')}" for o in MNIST_OPTIONS if getattr(args, o) is not None]
     if mnist_only:
         raise TuneSettingsError(

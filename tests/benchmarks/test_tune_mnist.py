@@ -61,20 +61,26 @@ def test_a_second_writer_is_refused(tmp_path):
 def test_runs_with_other_checkpoints_are_kept_and_reported_apart(tmp_path):
     from dataclasses import asdict, replace
 
-    def record(method, seed, settings, best):
-        return {"method": method, "seed": seed, **asdict(settings), "best_final_val_error": best}
+    from gpar_bo.problems.mnist.job import TUNING_CHECKPOINTS
 
-    every = bench.FULL
-    coarse = replace(every, checkpoints=(1, 3, 7, 14, 21))
+    def record(method, seed, settings, best):
+        return {"method": method, "seed": seed, **asdict(settings),
+                "checkpoints": list(settings.resolved_checkpoints), "best_final_val_error": best}
+
+    default = bench.FULL  # what gpar-bo tune decides at
+    assert default.resolved_checkpoints == TUNING_CHECKPOINTS
+    every = replace(default, checkpoints=tuple(range(1, 22)))
     old = record("ax_default", 0, every, 0.1)
-    del old["checkpoints"]  # written before the option existed: every epoch
-    assert bench.run_key(old)[2:] == bench.settings_key(every)
-    new = json.loads(json.dumps(record("ax_default", 0, coarse, 0.2)))  # as read back
-    assert bench.run_key(new)[2:] == bench.settings_key(coarse) != bench.settings_key(every)
-    assert (every.stem, coarse.stem) == ("tune_mnist", "tune_mnist_checkpoints_1-3-7-14-21")
+    del old["checkpoints"]  # written before checkpoints were recorded: every epoch
+    assert bench.run_key(old)[2:] == bench.settings_key(every) != bench.settings_key(default)
+    new = json.loads(json.dumps(record("ax_default", 0, default, 0.2)))  # as read back
+    assert bench.run_key(new)[2:] == bench.settings_key(default)
+    other = replace(default, checkpoints=(1, 7, 21))
+    assert (default.stem, every.stem, other.stem) == (
+        "tune_mnist", "tune_mnist_every_epoch", "tune_mnist_checkpoints_1-7-21")
     # Only the runs of the asked checkpoints are reported.
     with pytest.raises(SystemExit, match="No runs"):
-        bench.report([old], coarse, [0], tmp_path, "cmd")
+        bench.report([old], default, [0], tmp_path, "cmd")
 
 
 def test_epochs_trained_counts_epochs_not_checkpoint_records(tmp_path):

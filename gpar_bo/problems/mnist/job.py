@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpar_bo.problems.mnist.mlp import GRID
@@ -11,17 +11,32 @@ from gpar_bo.tuning.jobs import Report
 if TYPE_CHECKING:
     from gpar_bo.tuning.loop import TuningProblem
 
-__all__ = ["MIN_TRAIN_EXAMPLES", "MIN_VAL_EXAMPLES", "check_mnist_job", "mnist_problem",
-           "train_mnist_mlp"]
+__all__ = ["MIN_TRAIN_EXAMPLES", "MIN_VAL_EXAMPLES", "TUNING_CHECKPOINTS", "check_mnist_job",
+           "mnist_problem", "train_mnist_mlp", "tuning_checkpoints"]
 
 #: The smallest split a tuning run accepts: below it the validation error is too
 #: coarse to rank configurations (5 digits give 1 validation digit: error 0 or 1).
 MIN_VAL_EXAMPLES = 10
 MIN_TRAIN_EXAMPLES = 50
 
+#: The checkpoints of a 21-epoch run at which the freeze-thaw and BO benchmarks decide
+#: (``benchmarks.bo.problems``' MNIST table); roughly doubling, as the rungs of
+#: successive halving. ``gpar-bo tune`` decides at the same ones by default, so that what
+#: it runs is what those benchmarks measured.
+TUNING_CHECKPOINTS: tuple[int, ...] = (1, 3, 7, 14, 21)
+
+
+def tuning_checkpoints(epochs: int) -> list[int]:
+    """:data:`TUNING_CHECKPOINTS` scaled to ``epochs``-epoch runs (the same fractions of
+    the run, rounded, at least epoch 1): ``[1, 3, 7, 14, 21]`` for 21, ``[1, 3, 7, 10]``
+    for 10."""
+    last = TUNING_CHECKPOINTS[-1]
+    return sorted({max(1, round(epochs * c / last)) for c in TUNING_CHECKPOINTS})
+
 
 def mnist_problem(
-    epochs: int = 10, data_dir: str | None = None, seed: int = 0, max_examples: int | None = None
+    epochs: int = 10, data_dir: str | None = None, seed: int = 0, max_examples: int | None = None,
+    checkpoints: Sequence[int] | None = None,
 ) -> TuningProblem:
     """The six MLP hyperparameters of :mod:`gpar_bo.problems.mnist` (paper ranges), on validation error.
 
@@ -30,6 +45,8 @@ def mnist_problem(
         data_dir: An MNIST IDX directory; None for the embedded 5k digits.
         seed: Base training seed (trial i uses ``seed + i``).
         max_examples: Use only this many digits (smoke tests).
+        checkpoints: The epochs at which runs are recorded, paused or stopped (checked
+            by ``tune``); None: :func:`tuning_checkpoints` of ``epochs``.
     """
     # Imported here: training workers import this module for its job, not Ax.
     from ax.core.parameter import ParameterType, RangeParameter
@@ -56,6 +73,7 @@ def mnist_problem(
         name="mnist_mlp", parameters=parameters, metric="val_error", epochs=epochs,
         train="gpar_bo.problems.mnist.job:train_mnist_mlp", train_kwargs=kwargs,
         tracking_metrics=["val_loss"], check="gpar_bo.problems.mnist.job:check_mnist_job",
+        checkpoint_epochs=tuning_checkpoints(epochs) if checkpoints is None else list(checkpoints),
     )
 
 

@@ -56,3 +56,22 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path: Path) -> None:
     torch.manual_seed(5)
     train_mlp(hp, data, epochs=3, seed=0, checkpoint_dir=tmp_path)
     assert torch.equal(torch.rand(1), before)
+
+
+def test_tune_decides_at_the_benchmarks_checkpoints_by_default() -> None:
+    from gpar_bo.cli import build_parser
+    from gpar_bo.problems.mnist.job import TUNING_CHECKPOINTS, mnist_problem, tuning_checkpoints
+    from gpar_bo.tuning.cli import _problem as tuning_problem
+
+    # benchmarks.bo.problems' MNIST table decides at these: gpar-bo tune runs what they measured.
+    from benchmarks.bo.problems import DEFAULT_CHECKPOINTS
+    assert DEFAULT_CHECKPOINTS == TUNING_CHECKPOINTS == (1, 3, 7, 14, 21)
+    assert tuning_checkpoints(21) == [1, 3, 7, 14, 21]
+    assert tuning_checkpoints(10) == [1, 3, 7, 10]  # the same fractions of a shorter run
+    assert tuning_checkpoints(2) == [1, 2] and tuning_checkpoints(1) == [1]
+    assert list(mnist_problem(21).checkpoints) == [1, 3, 7, 14, 21]
+    assert list(mnist_problem(6, checkpoints=[2, 6]).checkpoints) == [2, 6]
+    parse = build_parser().parse_args
+    assert list(tuning_problem(parse(["tune"])).checkpoints) == [1, 3, 7, 10]
+    given = tuning_problem(parse(["tune", "--epochs", "4", "--checkpoints", "1", "2", "3", "4"]))
+    assert list(given.checkpoints) == [1, 2, 3, 4]
