@@ -374,7 +374,11 @@ def main(argv: list[str] | None = None) -> str:
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else FULL
     if args.checkpoints is not None:
+        from gpar_bo.tuning.checks import checkpoint_problems
+
         settings = replace(settings, checkpoints=tuple(args.checkpoints))
+        for problem in checkpoint_problems(args.checkpoints, settings.epochs):
+            parser.error(problem)  # before any run starts
     if args.quick:
         args.seeds = [0]
     if any(s < 0 for s in args.seeds):

@@ -97,3 +97,11 @@ def test_epochs_trained_counts_epochs_not_checkpoint_records(tmp_path):
     assert summary["epochs_trained"] == 7 and summary["epochs_trained_twice"] == 0
     assert summary["pauses"] == 1 and summary["resumes"] == 1
     assert summary["trials_reaching_final_epoch"] == 1 and summary["best_final_val_error"] == 0.5
+
+
+@pytest.mark.parametrize("checkpoints", [["3", "1", "21"], ["1", "7"], ["0", "21"]])
+def test_bad_checkpoints_are_refused_before_any_run(tmp_path, checkpoints, capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--out", str(tmp_path), "--checkpoints", *checkpoints])
+    assert "checkpoint" in capsys.readouterr().err
+    assert not (tmp_path / bench.RUNS_FILE).exists()
