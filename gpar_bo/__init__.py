@@ -8,13 +8,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from gpar_bo.curve_model import LogIncrements, curve_model_options
     from gpar_bo.kernels import KernelFamily
+    from gpar_bo.measurement import BinomialNoise, GaussianNoise
     from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
     from gpar_bo.posterior import GPARPosterior
 
 __all__ = [
+    "BinomialNoise",
     "GPARMarginalLogLikelihood",
     "GPARModel",
     "GPARPosterior",
+    "GaussianNoise",
     "KernelFamily",
     "LogIncrements",
     "curve_model_options",
@@ -22,7 +25,8 @@ __all__ = [
 
 _LAZY = {"GPARMarginalLogLikelihood": "gpar_bo.model", "GPARModel": "gpar_bo.model",
          "GPARPosterior": "gpar_bo.posterior", "KernelFamily": "gpar_bo.kernels",
-         "LogIncrements": "gpar_bo.curve_model", "curve_model_options": "gpar_bo.curve_model"}
+         "LogIncrements": "gpar_bo.curve_model", "curve_model_options": "gpar_bo.curve_model",
+         "BinomialNoise": "gpar_bo.measurement", "GaussianNoise": "gpar_bo.measurement"}
 
 
 def __getattr__(name: str) -> Any:

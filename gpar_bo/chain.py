@@ -48,13 +48,21 @@ class TrainingChain:
             NaN where not observed.
         observed: ``n x M`` bool, True where an output is observed.
         options: The chain's options.
+        modelled_Yvar: ``n x M`` known measurement variances of ``modelled_Y``, or
+            None: each conditional's noise is then at least their floor
+            (``conditionals.noise_floor``).
     """
 
     def __init__(
-        self, train_X: Tensor, modelled_Y: Tensor, observed: Tensor, options: ChainOptions
+        self,
+        train_X: Tensor,
+        modelled_Y: Tensor,
+        observed: Tensor,
+        options: ChainOptions,
+        modelled_Yvar: Tensor | None = None,
     ) -> None:
         self.train_X, self.observed, self.options = train_X, observed, options
-        self.modelled_Y = modelled_Y
+        self.modelled_Y, self.modelled_Yvar = modelled_Y, modelled_Yvar
         #: ``n x M`` values fed into later conditionals: observations, overwritten
         #: by posterior means where imputing or denoising.
         self.fed_Y = modelled_Y.clone()
@@ -79,6 +87,9 @@ class TrainingChain:
     def new_conditional(self, m: int, earlier: Sequence[SingleTaskGP]) -> SingleTaskGP:
         """The unfitted GP of conditional ``m``, given the conditionals before it."""
         inputs, targets = self.training_data(m)
+        variances = None
+        if self.modelled_Yvar is not None:
+            variances = self.modelled_Yvar[self.observed[:, m], m : m + 1]
         bounds = spec.input_bounds(
             [self.train_X]
             + [self.modelled_Y[self.observed[:, j], j : j + 1] for j in self.window(m)]
@@ -94,6 +105,7 @@ class TrainingChain:
             inducing_inputs=self._inducing_inputs(m, len(targets), earlier),
             learn_inducing_points=self.options.learn_inducing_points,
             noise_prior=self.options.noise_prior,
+            target_variances=variances,
         )
 
     def rebuilt(

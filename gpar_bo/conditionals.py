@@ -12,6 +12,7 @@ plain tensors; ``GPARModel`` strings the conditionals together.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from copy import deepcopy
 
 import torch
 from botorch.models import SingleTaskGP
@@ -155,6 +156,7 @@ def conditional_gp(
     inducing_inputs: Tensor | None = None,
     learn_inducing_points: bool = False,
     noise_prior: str = "lognormal",
+    target_variances: Tensor | None = None,
 ) -> SingleTaskGP:
     r"""The GP of one conditional, unfitted.
 
@@ -172,6 +174,8 @@ def conditional_gp(
         learn_inducing_points: Optimise the inducing inputs with the hyperparameters.
         noise_prior: Under BoTorch's conventions, the key of ``NOISE_PRIORS``
             (the paper's conventions have no prior).
+        target_variances: ``n x 1`` known measurement variances of the targets, if
+            any: the noise is then bounded below by ``noise_floor`` of them.
 
     Returns:
         A ``SingleTaskGP`` with a ``Normalize`` input transform with fixed bounds and
@@ -194,6 +198,8 @@ def conditional_gp(
     else:
         likelihood = NOISE_PRIORS[noise_prior]()
         mean_module = None  # SingleTaskGP's constant mean
+    if target_variances is not None:
+        set_noise_floor(likelihood, noise_floor(outcome_transform, targets, target_variances))
     if inducing_inputs is not None:
         covar_module = InducingPointKernel(
             covar_module, inducing_points=input_transform(inducing_inputs), likelihood=likelihood
@@ -209,6 +215,41 @@ def conditional_gp(
         input_transform=input_transform,
     )
     return gp.to(inputs)
+
+
+def noise_floor(outcome_transform: Standardize, targets: Tensor, target_variances: Tensor) -> float:
+    """The median of the targets' measurement variances, in the units the GP is fitted in.
+
+    The median, not the minimum: the floor is one homoscedastic noise level, and
+    most targets are measured at least that noisily.
+
+    Args:
+        outcome_transform: The conditional's target scaling (fitted here on a copy).
+        targets: ``n x 1`` targets.
+        target_variances: ``n x 1`` their measurement variances.
+    """
+    scaling = deepcopy(outcome_transform).train()
+    _, scaled = scaling(targets, target_variances)
+    return float(scaled.median())
+
+
+def set_noise_floor(likelihood: GaussianLikelihood, floor: float) -> None:
+    """Bound ``likelihood``'s noise below by ``floor`` (kept if it is already higher),
+    starting it at least there."""
+    noise_covar = likelihood.noise_covar
+    current = noise_covar.raw_noise_constraint
+    lower = max(float(current.lower_bound), floor)
+    start = max(float(likelihood.noise.detach().max()), lower)
+    noise_covar.register_constraint(
+        "raw_noise",
+        GreaterThan(
+            lower,
+            transform=current._transform,
+            inv_transform=current._inv_transform,
+            initial_value=start,
+        ),
+    )
+    likelihood.noise = torch.tensor(start)
 
 
 def with_training_data(

@@ -62,15 +62,16 @@ class LogIncrements(TriangularOutcomeTransform):
     def forward(
         self, Y: Tensor, Yvar: Tensor | None = None, X: Tensor | None = None
     ) -> tuple[Tensor, Tensor | None]:
-        """``(increments of log Y, None)``; ``Y`` is ``batch x n x M``, NaN after prefixes.
+        """``(increments of log Y, their variances)``; ``Y`` is ``batch x n x M``, NaN after prefixes.
+
+        ``Yvar`` (the values' measurement variances, same shape) maps to the increments'
+        by the delta method, ``Var(log y) = Var(y) / y^2``, with independent noise at
+        each checkpoint, so an increment's variance is the sum of its two ends'.
 
         Raises:
             ValueError: An observed value is not positive, or a row's values are not a
                 prefix of the outputs.
-            NotImplementedError: ``Yvar`` is given (noise levels are not mapped).
         """
-        if Yvar is not None:
-            raise NotImplementedError("LogIncrements does not map given noise levels (Yvar).")
         observed = ~Y.isnan()
         if (observed[..., 1:] & ~observed[..., :-1]).any():
             raise ValueError(
@@ -83,7 +84,10 @@ class LogIncrements(TriangularOutcomeTransform):
                 f"{float(Y[observed].min()):.4g}. For a metric that can be <= 0, use GPAR "
                 "options without it, e.g. gpar_options=curve_model_options(outcome_transform=None)."
             )
-        return to_increments(Y.log()), None
+        if Yvar is None:
+            return to_increments(Y.log()), None
+        log_var = Yvar / Y.square()
+        return to_increments(Y.log()), torch.cat([log_var[..., :1], log_var[..., 1:] + log_var[..., :-1]], -1)
 
     def untransform(
         self, Y: Tensor, Yvar: Tensor | None = None, X: Tensor | None = None

@@ -17,7 +17,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from copy import deepcopy
 from typing import Any, NamedTuple
 
@@ -119,6 +119,14 @@ class GPARModel(Model):
             Gamma(1.1, 0.05), nearly flat over [0, 1]), for outputs that may be
             largely noise (see ``conditionals.NOISE_PRIORS`` and ``docs/model.md``).
             The paper's conventions have no noise prior.
+        measurement_noise: The known sampling noise of the measured values, a
+            callable from ``n x M`` values to their variances (e.g.
+            ``gpar_bo.measurement.BinomialNoise(num_examples)`` for error rates on
+            a validation set). Each conditional's noise is then at least the
+            median of its targets' measurement variances (mapped through the
+            outcome transform, which must map variances, as ``LogIncrements``
+            does), so that measurement noise is not explained as signal. See
+            :mod:`gpar_bo.measurement`.
     """
 
     def __init__(
@@ -136,6 +144,7 @@ class GPARModel(Model):
         learn_inducing_points: bool = False,
         conventions: Conventions | str = Conventions.BOTORCH,
         noise_prior: str = "lognormal",
+        measurement_noise: Callable[[Tensor], Tensor] | None = None,
     ) -> None:
         super().__init__()
         # Everything but the data, to rebuild the model on more data.
@@ -151,6 +160,7 @@ class GPARModel(Model):
             "learn_inducing_points": learn_inducing_points,
             "conventions": conventions,
             "noise_prior": noise_prior,
+            "measurement_noise": measurement_noise,
         }
         observed = check_training_data(train_X, train_Y, impute=impute)
         if markov is not None and markov < 0:
@@ -182,9 +192,17 @@ class GPARModel(Model):
         self.train_X = train_X
         self.train_Y = train_Y
         self.observed = observed
+        train_Yvar = None if measurement_noise is None else measured_variances(measurement_noise, train_Y)
+        modelled_Yvar = train_Yvar
         if outcome_transform is not None:
             outcome_transform.train()
-            modelled_Y, _ = outcome_transform(train_Y)
+            try:
+                modelled_Y, modelled_Yvar = outcome_transform(train_Y, train_Yvar)
+            except NotImplementedError:
+                raise ValueError(
+                    f"measurement_noise needs an outcome transform that maps variances; "
+                    f"{type(outcome_transform).__name__} does not."
+                ) from None
             if not torch.isfinite(modelled_Y[observed]).all():
                 raise ValueError(
                     "The outcome transform gives non-finite values for observed "
@@ -206,7 +224,7 @@ class GPARModel(Model):
             learn_inducing_points=learn_inducing_points,
             noise_prior=noise_prior,
         )
-        self._chain = TrainingChain(train_X, modelled_Y, observed, options)
+        self._chain = TrainingChain(train_X, modelled_Y, observed, options, modelled_Yvar)
         self._predictor_cache = PredictorCache()
         self.conditionals = ModuleList()
         for m in range(self.num_outputs):
@@ -615,3 +633,17 @@ class GPARMarginalLogLikelihood(torch.nn.Module):
 
     def forward(self) -> Tensor:
         return self.model.log_evidence()
+
+
+def measured_variances(measurement_noise: Callable[[Tensor], Tensor], train_Y: Tensor) -> Tensor:
+    """``measurement_noise(train_Y)``, checked: ``n x M``, finite and >= 0 where observed."""
+    variances = measurement_noise(train_Y)
+    if not torch.is_tensor(variances) or variances.shape != train_Y.shape:
+        raise ValueError(
+            f"measurement_noise must return variances of the shape of train_Y "
+            f"{tuple(train_Y.shape)}; got {getattr(variances, 'shape', type(variances).__name__)}."
+        )
+    observed = variances[~train_Y.isnan()]
+    if not (torch.isfinite(observed) & (observed >= 0)).all():
+        raise ValueError("measurement_noise returned negative or non-finite variances for observed values.")
+    return variances.to(train_Y)

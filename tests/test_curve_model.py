@@ -45,6 +45,16 @@ def test_log_increments_by_hand_with_nan_suffixes() -> None:
     torch.testing.assert_close(LogIncrements().untransform(Z[:, :2])[0], Y[:, :2], equal_nan=True)
 
 
+def test_measurement_variances_map_by_the_delta_method() -> None:
+    Y = torch.tensor([[0.5, 0.25, 0.2], [0.4, 0.1, math.nan]], dtype=torch.double)
+    Yvar = torch.tensor([[0.01, 0.002, 0.003], [0.004, 0.001, math.nan]], dtype=torch.double)
+    log_var = Yvar / Y**2  # Var(log y) = Var(y) / y^2
+    expected = torch.stack([log_var[:, 0], log_var[:, 1] + log_var[:, 0], log_var[:, 2] + log_var[:, 1]], -1)
+    Z, Zvar = LogIncrements()(Y, Yvar)
+    torch.testing.assert_close(Zvar, expected, equal_nan=True)
+    torch.testing.assert_close(Z, to_increments(Y.log()), equal_nan=True)
+
+
 def test_round_trip_on_curves_and_same_values_as_the_policy_had() -> None:
     _, Y = partial_curves()
     Z, _ = LogIncrements()(Y)
@@ -65,8 +75,6 @@ def test_bad_values_are_one_line_errors() -> None:
         with pytest.raises(ValueError, match=match) as error:
             LogIncrements()(Y)
         assert "\n" not in str(error.value)
-    with pytest.raises(NotImplementedError, match="Yvar"):
-        LogIncrements()(torch.ones(2, 3), torch.ones(2, 3))
     X, Y = partial_curves(n=12)
     with pytest.raises(ValueError, match="outcome_transform=None"):
         GPARModel(X, Y - 0.5, **curve_model_options())

@@ -15,7 +15,7 @@ error among trials trained to the last epoch (a stopped trial never counts).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -34,6 +34,8 @@ class TabularProblem:
         loss: ``N x E`` validation loss after epochs ``1..E``.
         checkpoints: Increasing epochs (``<= E``, last ``== E``) at which runs
             report and may be stopped.
+        measurement_noise: The errors' known sampling noise, if any (a
+            :mod:`gpar_bo.measurement` object, e.g. ``BinomialNoise(n_val)``).
     """
 
     name: str
@@ -41,6 +43,7 @@ class TabularProblem:
     error: Tensor
     loss: Tensor
     checkpoints: tuple[int, ...]
+    measurement_noise: Callable[[Tensor], Tensor] | None = None
 
     def __post_init__(self) -> None:
         n, epochs = self.error.shape

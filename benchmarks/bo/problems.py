@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from benchmarks.bo.harness import TabularProblem
+from gpar_bo.measurement import BinomialNoise, GaussianNoise
 from gpar_bo.problems import funnel_mlp
 from gpar_bo.problems.mnist import HPARAM_NAMES
 from gpar_bo.problems.mnist.curves import load_curves
@@ -63,7 +64,7 @@ def mnist_table(
     _, loss = load_curves(path, epochs=range(1, EPOCHS + 1), metric="loss")
     lower, upper = grid_bounds(metadata)
     X = (X - lower) / (upper - lower)
-    return TabularProblem("mnist", X, error, loss, tuple(checkpoints))
+    return TabularProblem("mnist", X, error, loss, tuple(checkpoints), binomial_noise(metadata))
 
 
 def funnel_table(
@@ -94,9 +95,17 @@ def funnel_table(
     epochs = range(1, FUNNEL_EPOCHS + 1)
     X, error = funnel_mlp.load_curves(path, epochs=epochs, metric="error")
     _, loss = funnel_mlp.load_curves(path, epochs=epochs, metric="loss")
+    metadata_path = Path(path).with_suffix(".json")
+    metadata = json.loads(metadata_path.read_text()) if metadata_path.exists() else {}
     return TabularProblem(
-        f"funnel_{dataset}", funnel_mlp.to_unit_cube(X), error, loss, tuple(checkpoints)
+        f"funnel_{dataset}", funnel_mlp.to_unit_cube(X), error, loss, tuple(checkpoints),
+        binomial_noise(metadata),
     )
+
+
+def binomial_noise(metadata: dict) -> BinomialNoise | None:
+    """The errors' sampling noise on the table's validation set (its ``n_val``), if recorded."""
+    return BinomialNoise(int(metadata["n_val"])) if "n_val" in metadata else None
 
 
 def synthetic_curves(X: Tensor, epochs: int, optimum: Tensor) -> Tensor:
@@ -155,4 +164,4 @@ def synthetic_problem(
     noise = torch.randn(2, n, EPOCHS, generator=generator, dtype=torch.double) * noise_std
     error = (clean + noise[0]).clamp(0.0, 1.0)
     loss = -torch.log1p(-0.9 * clean) + noise[1]
-    return TabularProblem("synthetic", X, error, loss, tuple(checkpoints))
+    return TabularProblem("synthetic", X, error, loss, tuple(checkpoints), GaussianNoise(noise_std))
