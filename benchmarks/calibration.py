@@ -66,6 +66,7 @@ from gpar_bo.freeze_thaw import FreezeThawIndex
 from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
 
 RESULTS = Path(__file__).resolve().parent / "results"
+STUDY_CSV = Path(__file__).resolve().parent / "data" / "mnist_curves_study.csv"
 N_TRAIN, N_TEST = 80, 200
 NUM_PATHS = 256
 SEEDS = (0, 1, 2)
@@ -77,6 +78,12 @@ TABLES: dict[str, Callable[[], TabularProblem]] = {
     "mnist": mnist_table,
     "funnel_digits": funnel_table,
     **{f"synthetic_{s}": (lambda s=s: synthetic_problem(n=1000, seed=s)) for s in (101, 102, 103)},
+}
+#: Development data (``--tables dev_...``, never in the default set): what the
+#: diagnosis in ``results/calibration_diagnosis.md`` was measured on.
+DEVELOPMENT_TABLES: dict[str, Callable[[], TabularProblem]] = {
+    "dev_mnist_study": lambda: mnist_table(path=STUDY_CSV),
+    **{f"dev_synthetic_{s}": (lambda s=s: synthetic_problem(n=1000, seed=s)) for s in (1, 2, 3)},
 }
 
 
@@ -297,7 +304,8 @@ def write_results(rows: list[dict[str, Any]], meta: dict[str, Any], stem: Path) 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="one small synthetic table, one seed")
-    parser.add_argument("--tables", nargs="*", default=None, help=f"subset of {list(TABLES)}")
+    parser.add_argument("--tables", nargs="*", default=None,
+                        help=f"subset of {list(TABLES)} (default: all), or development data {list(DEVELOPMENT_TABLES)}")
     parser.add_argument("--models", nargs="*", default=["lognormal", "gamma", "measured", "exp_decay"])
     parser.add_argument(
         "--report", action="store_true", help="no fits: rewrite the report from the records file"
@@ -310,7 +318,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         tables = {"synthetic_101": lambda: synthetic_problem(n=300, seed=101)}
         seeds, n_train, n_test = args.seeds[:1], 40, 60
     else:
-        tables = {k: TABLES[k] for k in (args.tables or TABLES)}
+        known = {**TABLES, **DEVELOPMENT_TABLES}
+        unknown_tables = [t for t in args.tables or () if t not in known]
+        if unknown_tables:
+            raise SystemExit(f"unknown tables {unknown_tables}; known: {list(known)}")
+        tables = {k: known[k] for k in (args.tables or TABLES)}
         seeds, n_train, n_test = args.seeds, N_TRAIN, N_TEST
     unknown = [m for m in args.models if m not in (*GPAR_VARIANTS, "measured", "exp_decay")]
     if unknown:
