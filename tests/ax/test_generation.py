@@ -13,6 +13,7 @@ from ax.api.configs import RangeParameterConfig
 from gpar_bo import GPARModel
 from gpar_bo.ax import GPARCurveModel, gpar_generation_strategy
 from gpar_bo.curve_model import LogIncrements, curve_model_options
+from gpar_bo.measurement import BinomialNoise, GaussianNoise
 from gpar_bo.synthetic import learning_curves
 
 EPOCHS = [1, 2, 4, 8, 16]
@@ -227,6 +228,18 @@ def test_default_is_the_curve_model_on_the_metric_itself(loop: dict) -> None:
     # Ax's StandardizeY is left out: GPAR sees the errors themselves (positive).
     errors = loop["client"]._experiment.lookup_data().full_df["mean"]
     assert sorted(model.train_Y.squeeze(-1).tolist()) == pytest.approx(sorted(errors.tolist()))
+
+
+def test_measurement_noise_in_gpar_options_survives_json() -> None:
+    from ax.storage.json_store.decoder import object_from_json
+    from ax.storage.json_store.encoder import object_to_json
+
+    for noise in (BinomialNoise(833), GaussianNoise(0.005)):
+        strategy = gpar_generation_strategy(EPOCHS, gpar_options=curve_model_options(measurement_noise=noise))
+        restored = object_from_json(object_to_json(strategy))
+        config = restored._nodes[1].generator_specs[0].generator_kwargs["surrogate_spec"].model_configs[0]
+        stored = config.model_options["gpar_options"]["measurement_noise"]
+        assert type(stored) is type(noise) and vars(stored) == vars(noise)
 
 
 def test_given_options_replace_the_default_and_keep_ax_standardisation() -> None:
