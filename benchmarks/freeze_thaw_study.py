@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -79,8 +80,8 @@ def make_problem(table: str) -> TabularProblem:
         rows = int(table.split(":")[1]) if ":" in table else problem.X.shape[0]
         if not 0 < rows <= problem.X.shape[0]:
             raise ValueError(f"{table}: the digits table has {problem.X.shape[0]} rows.")
-        return TabularProblem(problem.name, problem.X[:rows], problem.error[:rows],
-                              problem.loss[:rows], problem.checkpoints)
+        return dataclasses.replace(problem, X=problem.X[:rows], error=problem.error[:rows],
+                                   loss=problem.loss[:rows])
     if table == "quick":
         return synthetic_problem(n=60, seed=7)
     if table.isdigit():
