@@ -8,7 +8,7 @@ increments, which are mostly measurement noise, are explained as signal. The res
 is an over-confident predictive of the final error (``benchmarks/results/
 calibration_diagnosis.md``). Given one of these objects, ``GPARModel(...,
 measurement_noise=...)`` keeps every conditional's noise at least as large as the
-measurement noise of its targets (see ``conditionals.noise_floor``).
+median measurement variance of its targets (see ``conditionals.noise_floor``).
 
 A measurement noise is a callable from ``n x M`` values (NaN where not observed) to
 their ``n x M`` sampling variances, in the values' units.
@@ -50,6 +50,10 @@ class BinomialNoise:
             )
         return Y * (1 - Y) / self.num_examples
 
+    def settings(self) -> dict[str, int]:
+        """The constructor's arguments (what storage records)."""
+        return {"num_examples": self.num_examples}
+
     def __repr__(self) -> str:
         return f"BinomialNoise(num_examples={self.num_examples})"
 
@@ -69,6 +73,10 @@ class GaussianNoise:
     def __call__(self, Y: Tensor) -> Tensor:
         """``n x M`` variances ``std^2`` (NaN where ``Y`` is NaN)."""
         return torch.where(Y.isnan(), Y, torch.full_like(Y, self.std**2))
+
+    def settings(self) -> dict[str, float]:
+        """The constructor's arguments (what storage records)."""
+        return {"std": self.std}
 
     def __repr__(self) -> str:
         return f"GaussianNoise(std={self.std})"

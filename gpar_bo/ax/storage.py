@@ -38,8 +38,7 @@ def gpar_early_stopping_to_dict(strategy: GPAREarlyStoppingStrategy) -> dict[str
 
 def measurement_noise_to_dict(noise: BinomialNoise | GaussianNoise) -> dict[str, Any]:
     """Ax's JSON form of a measurement noise: its constructor's arguments."""
-    arguments = {"num_examples": noise.num_examples} if isinstance(noise, BinomialNoise) else {"std": noise.std}
-    return {"__type": type(noise).__name__, **arguments}
+    return {"__type": type(noise).__name__, **noise.settings()}
 
 
 register_model(GPARCurveModel)
