@@ -183,6 +183,8 @@ def evaluate(
         mean, variance = surrogate.predict_final(X_test, Y_test)
         means, variances = mean.unsqueeze(0), variance.unsqueeze(0)
     else:
+        if model_name == "measured" and problem.measurement_noise is None:
+            raise ValueError(f"{problem.name} records no measurement noise: the 'measured' model needs it.")
         options = (curve_model_options(measurement_noise=problem.measurement_noise)
                    if model_name == "measured" else GPAR_VARIANTS[model_name])
         model = fit_curve_model(X, Y, options)

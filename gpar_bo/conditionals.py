@@ -221,7 +221,11 @@ def noise_floor(outcome_transform: Standardize, targets: Tensor, target_variance
     """The median of the targets' measurement variances, in the units the GP is fitted in.
 
     The median, not the minimum: the floor is one homoscedastic noise level, and
-    most targets are measured at least that noisily.
+    most targets are measured at least that noisily. For log-error increments the
+    variances count the noise at both ends of an increment; that is the noise left to
+    the conditional when the earlier values it sees are denoised (D-GPAR), while raw
+    fed values carry the earlier end's noise, which the conditional may then partly
+    predict (the floor can be up to twice the remaining noise).
 
     Args:
         outcome_transform: The conditional's target scaling (fitted here on a copy).

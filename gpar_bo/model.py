@@ -125,7 +125,9 @@ class GPARModel(Model):
             a validation set). Each conditional's noise is then at least the
             median of its targets' measurement variances (mapped through the
             outcome transform, which must map variances, as ``LogIncrements``
-            does), so that measurement noise is not explained as signal. See
+            does), so that measurement noise is not explained as signal. The
+            floor applies when fitting: conditioning on more runs, or loading
+            fitted hyperparameters, keeps the fitted noise. See
             :mod:`gpar_bo.measurement`.
     """
 
@@ -196,13 +198,10 @@ class GPARModel(Model):
         modelled_Yvar = train_Yvar
         if outcome_transform is not None:
             outcome_transform.train()
-            try:
-                modelled_Y, modelled_Yvar = outcome_transform(train_Y, train_Yvar)
-            except NotImplementedError:
-                raise ValueError(
-                    f"measurement_noise needs an outcome transform that maps variances; "
-                    f"{type(outcome_transform).__name__} does not."
-                ) from None
+            if train_Yvar is None:
+                modelled_Y, _ = outcome_transform(train_Y)
+            else:
+                modelled_Y, modelled_Yvar = transform_with_variances(outcome_transform, train_Y, train_Yvar)
             if not torch.isfinite(modelled_Y[observed]).all():
                 raise ValueError(
                     "The outcome transform gives non-finite values for observed "
@@ -647,3 +646,18 @@ def measured_variances(measurement_noise: Callable[[Tensor], Tensor], train_Y: T
     if not (torch.isfinite(observed) & (observed >= 0)).all():
         raise ValueError("measurement_noise returned negative or non-finite variances for observed values.")
     return variances.to(train_Y)
+
+
+def transform_with_variances(
+    outcome_transform: OutcomeTransform, train_Y: Tensor, train_Yvar: Tensor
+) -> tuple[Tensor, Tensor]:
+    """``outcome_transform(train_Y, train_Yvar)``; a transform that does not map the
+    variances (raises ``NotImplementedError`` or returns None for them) is an error."""
+    name = type(outcome_transform).__name__
+    try:
+        modelled_Y, modelled_Yvar = outcome_transform(train_Y, train_Yvar)
+    except NotImplementedError:
+        modelled_Yvar = None
+    if modelled_Yvar is None:
+        raise ValueError(f"measurement_noise needs an outcome transform that maps variances; {name} does not.")
+    return modelled_Y, modelled_Yvar

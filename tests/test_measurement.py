@@ -9,7 +9,7 @@ import torch
 from botorch.models.transforms.outcome import Power
 
 from gpar_bo import GPARModel
-from gpar_bo.curve_model import curve_model_options
+from gpar_bo.curve_model import LogIncrements, curve_model_options
 from gpar_bo.measurement import BinomialNoise, GaussianNoise
 from tests.helpers import fit, partial_curves
 
@@ -86,3 +86,10 @@ def test_bad_measurement_noise_is_a_one_line_error_before_fitting() -> None:
     with pytest.raises(ValueError, match="maps variances; Power does not") as error:
         GPARModel(X, Y, outcome_transform=Power(0.5), measurement_noise=BinomialNoise(100))
     assert "\n" not in str(error.value)
+
+    class DropsVariances(LogIncrements):
+        def forward(self, Y, Yvar=None, X=None):
+            return super().forward(Y)
+
+    with pytest.raises(ValueError, match="maps variances; DropsVariances does not"):
+        GPARModel(X, Y, outcome_transform=DropsVariances(), measurement_noise=BinomialNoise(100))
