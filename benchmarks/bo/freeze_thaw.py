@@ -13,9 +13,11 @@ from __future__ import annotations
 import torch
 
 from benchmarks.bo.harness import History, Method, Status, TabularProblem, Trial
+from gpar_bo.curve_model import curve_model_options
 from gpar_bo.freeze_thaw import FreezeThawPolicy
 
-__all__ = ["GPARFreezeThaw"]
+__all__ = ["GPARFreezeThaw", "GPARFreezeThawMeasured"]
+
 
 class GPARFreezeThaw(Method):
     """Freeze-thaw with ``FreezeThawPolicy``: pause every run, resume or start by its index."""
@@ -56,3 +58,20 @@ class GPARFreezeThaw(Method):
             remaining = history.remaining()
             setting = int(remaining[torch.randint(len(remaining), (1,), generator=self.generator)])
         return setting
+
+
+class GPARFreezeThawMeasured(GPARFreezeThaw):
+    """The same policy told the table's measurement noise: its curve model is
+    ``curve_model_options(measurement_noise=problem.measurement_noise)`` (a candidate
+    default, see ``results/calibration_diagnosis.md``)."""
+
+    name = "gpar_freeze_thaw_measured"
+
+    def reset(self, problem: TabularProblem, seed: int) -> None:
+        if problem.measurement_noise is None:
+            raise ValueError(f"{problem.name} records no measurement noise; {self.name} needs it.")
+        self.policy_options = {
+            **self.policy_options,
+            "gpar_options": curve_model_options(measurement_noise=problem.measurement_noise),
+        }
+        super().reset(problem, seed)
