@@ -26,7 +26,7 @@ client.set_early_stopping_strategy(
                               refit_growth=0.5,  # refit once finished curves grow by half
                               fit_kwargs=EFFORT["fit_kwargs"]))
 
-for _ in range(4):
+for _ in range(3):
     for index, parameters in client.get_next_trials(max_trials=2).items():
         X = torch.tensor([[parameters["x1"], parameters["x2"]]], dtype=torch.double)
         curve = learning_curves(X, EPOCHS, noise_std=0.005, seed=index)[0].tolist()
