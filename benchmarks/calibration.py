@@ -26,7 +26,7 @@ Models: ``lognormal`` is the policy's curve model,
 with the table's known measurement noise (``GPARModel(measurement_noise=...)``:
 ``BinomialNoise`` of the validation set for the MNIST and digits tables, the
 generator's ``GaussianNoise`` for the synthetic ones), which bounds each
-conditional's noise below by its targets' measurement noise; ``exp_decay`` is BoTorch's ``SingleTaskMultiFidelityGP`` with the exponential-decay kernel
+conditional's noise below by its targets' median measurement variance; ``exp_decay`` is BoTorch's ``SingleTaskMultiFidelityGP`` with the exponential-decay kernel
 (``benchmarks.bo.surrogates.FreezeThaw``; Gaussian predictive, prefixes of length 0
 predicted without data), a reference.
 
@@ -70,9 +70,18 @@ STUDY_CSV = Path(__file__).resolve().parent / "data" / "mnist_curves_study.csv"
 N_TRAIN, N_TEST = 80, 200
 NUM_PATHS = 256
 SEEDS = (0, 1, 2)
-GPAR_VARIANTS: Mapping[str, Mapping[str, Any]] = {
-    "lognormal": curve_model_options(),
-    "gamma": curve_model_options(noise_prior="gamma"),
+def measured_options(problem: TabularProblem) -> dict[str, Any]:
+    """The curve model told ``problem``'s measurement noise (which it must record)."""
+    if problem.measurement_noise is None:
+        raise ValueError(f"{problem.name} records no measurement noise: the 'measured' model needs it.")
+    return curve_model_options(measurement_noise=problem.measurement_noise)
+
+
+#: GPAR models by name: the problem's options of each.
+GPAR_VARIANTS: Mapping[str, Callable[[TabularProblem], dict[str, Any]]] = {
+    "lognormal": lambda problem: curve_model_options(),
+    "gamma": lambda problem: curve_model_options(noise_prior="gamma"),
+    "measured": measured_options,
 }
 TABLES: dict[str, Callable[[], TabularProblem]] = {
     "mnist": mnist_table,
@@ -183,11 +192,7 @@ def evaluate(
         mean, variance = surrogate.predict_final(X_test, Y_test)
         means, variances = mean.unsqueeze(0), variance.unsqueeze(0)
     else:
-        if model_name == "measured" and problem.measurement_noise is None:
-            raise ValueError(f"{problem.name} records no measurement noise: the 'measured' model needs it.")
-        options = (curve_model_options(measurement_noise=problem.measurement_noise)
-                   if model_name == "measured" else GPAR_VARIANTS[model_name])
-        model = fit_curve_model(X, Y, options)
+        model = fit_curve_model(X, Y, GPAR_VARIANTS[model_name](problem))
         fit_seconds = time.perf_counter() - start
         means, variances = final_mixture(model, problem.checkpoints, X_test, Y_test)
     metrics = mixture_metrics(means, variances, final.log())
@@ -326,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             raise SystemExit(f"unknown tables {unknown_tables}; known: {list(known)}")
         tables = {k: known[k] for k in (args.tables or TABLES)}
         seeds, n_train, n_test = args.seeds, N_TRAIN, N_TEST
-    unknown = [m for m in args.models if m not in (*GPAR_VARIANTS, "measured", "exp_decay")]
+    unknown = [m for m in args.models if m not in (*GPAR_VARIANTS, "exp_decay")]
     if unknown:
         raise SystemExit(f"unknown models {unknown}")
     records_path = args.out.with_name(args.out.name + "_records.jsonl")

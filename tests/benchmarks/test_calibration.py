@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -64,3 +65,17 @@ def test_quick_run_writes_every_result_file_and_resumes(tmp_path: Path) -> None:
     calibration.main(["--quick", "--report", "--models", "lognormal", "gamma", "--out", str(out)])
     assert out.with_name("calibration_records.jsonl").read_text().splitlines() == records
     assert json.loads(out.with_suffix(".json").read_text())["rows"] == rows
+
+
+def test_tables_carry_their_measurement_noise_and_measured_needs_it() -> None:
+    from benchmarks.bo.problems import mnist_table, synthetic_problem
+    from gpar_bo.measurement import BinomialNoise, GaussianNoise
+
+    mnist = mnist_table()
+    assert isinstance(mnist.measurement_noise, BinomialNoise) and mnist.measurement_noise.num_examples == 833
+    synthetic = synthetic_problem(n=20, seed=1, noise_std=0.01)
+    assert isinstance(synthetic.measurement_noise, GaussianNoise) and synthetic.measurement_noise.std == 0.01
+    assert calibration.GPAR_VARIANTS["measured"](synthetic)["measurement_noise"] is synthetic.measurement_noise
+    silent = dataclasses.replace(synthetic, measurement_noise=None)
+    with pytest.raises(ValueError, match="records no measurement noise"):
+        calibration.GPAR_VARIANTS["measured"](silent)

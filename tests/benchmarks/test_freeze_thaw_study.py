@@ -42,3 +42,18 @@ def test_a_second_process_on_the_same_runs_file_is_refused(tmp_path):
         with pytest.raises(SystemExit, match="in use by another process writing freeze_thaw_runs.jsonl"):
             study.main(["--quick", "--methods", "random", "--out", str(tmp_path)])
     assert not (tmp_path / "freeze_thaw_runs.jsonl").exists()
+
+
+def test_the_measured_policy_is_the_package_policy_told_the_table_noise() -> None:
+    import dataclasses
+
+    from benchmarks.bo.freeze_thaw import GPARFreezeThawMeasured
+    from benchmarks.bo.problems import synthetic_problem
+
+    problem = synthetic_problem(n=20, seed=1)
+    method = GPARFreezeThawMeasured()
+    method.reset(problem, seed=0)
+    given = method.policy.gpar_options["measurement_noise"]  # the policy keeps a copy
+    assert type(given) is type(problem.measurement_noise) and given.settings() == problem.measurement_noise.settings()
+    with pytest.raises(ValueError, match="records no measurement noise"):
+        GPARFreezeThawMeasured().reset(dataclasses.replace(problem, measurement_noise=None), seed=0)
