@@ -38,7 +38,7 @@ if __name__ == "__main__":  # trials run in spawned worker processes
             seconds_between_polls_backoff_factor=1.0),  # waits about one poll
     )
     try:
-        orchestrator.run_n_trials(max_trials=6)
+        orchestrator.run_n_trials(max_trials=5)
     finally:
         experiment.runner.shutdown()
     for index, trial in experiment.trials.items():

@@ -15,7 +15,7 @@ curves = learning_curves(settings, EPOCHS, noise_std=0.005)      # 300 x 5 error
 policy = FreezeThawPolicy(EPOCHS, seed=0)
 
 started, reached, spent = [], [], 0  # table rows of the runs; checkpoints each reported
-while spent < 150:                   # a budget of 150 epochs
+while spent < 100:                   # a budget of 100 epochs
     Y = torch.full((len(started), len(EPOCHS)), float("nan"), dtype=torch.double)
     for row, (s, k) in enumerate(zip(started, reached)):
         Y[row, :k] = curves[s, :k]                                 # each run's prefix
