@@ -12,7 +12,9 @@ epoch accounting, on tables the policy was not tuned on:
 
 Methods: ``gpar_freeze_thaw`` (the package's ``FreezeThawPolicy`` with its defaults,
 through ``benchmarks.bo.freeze_thaw.GPARFreezeThaw``), ``gpar_freeze_thaw_measured``
-(the same policy told the table's measurement noise, a candidate default), the harness's baselines (ASHA,
+(the same policy told the table's measurement noise, a candidate default),
+``gpar_freeze_thaw_staged`` (the same policy with ``staged_refits``, a candidate default),
+the harness's baselines (ASHA,
 one-epoch screening, random search, Optuna's TPE with its Hyperband pruner) and Syne
 Tune 0.13.0's BOHB, Hyper-Tune, MOBSTER and DyHPO through
 ``benchmarks.syne_tune.methods.run_syne_tune`` (its own virtualenv, see
@@ -51,14 +53,15 @@ import torch
 
 from benchmarks.bo.analysis import epochs_to_threshold, mean_se, regret_bands, regret_at, wilcoxon_less
 from benchmarks.bo.baselines import BASELINES, optuna_available
-from benchmarks.bo.freeze_thaw import GPARFreezeThaw, GPARFreezeThawMeasured
+from benchmarks.bo.freeze_thaw import GPARFreezeThaw, GPARFreezeThawMeasured, GPARFreezeThawStaged
 from benchmarks.bo.harness import TabularProblem, simulate
 from benchmarks.bo.problems import funnel_table, mnist_table, synthetic_problem
 from benchmarks.report import RESULTS, command_line, exclusive, markdown_table, write_results
 
 REFERENCE = "gpar_freeze_thaw"
 HARNESS_METHODS: dict[str, Callable] = {
-    REFERENCE: GPARFreezeThaw, GPARFreezeThawMeasured.name: GPARFreezeThawMeasured, **BASELINES
+    REFERENCE: GPARFreezeThaw, GPARFreezeThawMeasured.name: GPARFreezeThawMeasured,
+    GPARFreezeThawStaged.name: GPARFreezeThawStaged, **BASELINES
 }
 #: Syne Tune's schedulers by the names used here (its class names as values).
 SYNE_TUNE_METHODS = {

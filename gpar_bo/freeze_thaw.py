@@ -62,6 +62,8 @@ Design choices and why:
 * **Hyperparameters** are re-optimised when the observed values grew by
   ``refit_growth`` since the last fit, starting from the last fit's values (warm
   start), and reloaded otherwise, so the expensive step happens geometrically rarely.
+  With ``staged_refits`` a refit is spread over the next ``M`` decisions, one
+  conditional each, so that no single decision pays for all of it.
 
 **Warm-up.** GPAR needs two runs at the final checkpoint. Until then the policy screens
 ``num_initial`` random settings at the first checkpoint and pushes the two best to the
@@ -348,6 +350,11 @@ class FreezeThawPolicy:
         refit_growth: Re-optimise GPAR's hyperparameters when the number of
             observed values grew by more than this fraction since the last fit;
             in between, reload them (decisions stay cheap as data accumulate).
+        staged_refits: Spread each refit after the first over the next ``M``
+            decisions, one conditional per decision in output order, the others
+            keeping their last fitted hyperparameters. The conditionals are fitted
+            separately, so this is the same refit, done in steps: a decision then
+            costs at most one conditional's fit instead of all ``M``.
         gpar_options: ``GPARModel`` options (default
             :func:`~gpar_bo.curve_model.curve_model_options`). The index is computed
             on log-error increments, so the model always has a ``LogIncrements``
@@ -369,6 +376,7 @@ class FreezeThawPolicy:
         model_free_fraction: float = 0.1,
         eta: float = 3.0,
         refit_growth: float = 0.2,
+        staged_refits: bool = False,
         gpar_options: Mapping[str, Any] | None = None,
         fit_kwargs: Mapping[str, Any] | None = None,
         seed: int = 0,
@@ -404,6 +412,7 @@ class FreezeThawPolicy:
         self.model_free_fraction = model_free_fraction
         self.eta = eta
         self.refit_growth = refit_growth
+        self.staged_refits = staged_refits
         options = resolve_gpar_options(gpar_options)
         if options.get("outcome_transform") is None:
             options["outcome_transform"] = LogIncrements()
@@ -418,6 +427,7 @@ class FreezeThawPolicy:
         self.generator = torch.Generator().manual_seed(seed)
         self.decisions = 0
         self._fitted: tuple[int, dict[str, Tensor]] | None = None  # (values, hyperparameters)
+        self._stage: int | None = None  # the output a staged refit fits next
         # Paused runs' stored indices: (setting, checkpoints observed) -> (index, decision).
         self._stored: dict[tuple, tuple[float, int]] = {}
 
@@ -679,7 +689,8 @@ class FreezeThawPolicy:
     def _model(self, X: Tensor, Y: Tensor, keep: bool = True) -> tuple[GPARModel, str]:
         """GPAR on the runs' values ``Y`` (modelled as log-error increments);
         hyperparameters refitted (warm-started) when the data grew enough, else
-        reloaded. A failed refit reloads the last fit.
+        reloaded; with ``staged_refits``, a refit in progress fits its next
+        conditional. A failed refit reloads the last fit.
 
         With ``keep=False`` (predictions that are not decisions) the last fit is
         reloaded whenever there is one, and a first fit is not kept, so that the
@@ -687,31 +698,43 @@ class FreezeThawPolicy:
         """
         model = self._new_model(X, Y)
         values = int((~Y.isnan()).sum())
+        if self._fitted is None:
+            self._fit(model)  # a first fit that fails leaves nothing to fall back on
+            if keep:
+                self._fitted = (values, model.hyperparameters())
+            return model.eval(), ""
+        model.load_state_dict(self._fitted[1], strict=False)  # reloaded, or a warm start
+        if not keep:
+            return model.eval(), ""
+        if self._stage is None:
+            if values <= (1 + self.refit_growth) * self._fitted[0]:
+                return model.eval(), ""
+            if self.staged_refits:  # growth counts from the staged refit's start
+                self._stage, self._fitted = 0, (values, self._fitted[1])
+        outputs = None if self._stage is None else [self._stage]
         note = ""
-        if self._fitted is None or (
-            keep and values > (1 + self.refit_growth) * self._fitted[0]
-        ):
-            if self._fitted is not None:
-                model.load_state_dict(self._fitted[1], strict=False)  # warm start
-            try:
-                with torch.random.fork_rng():  # fit retries draw from the global RNG
-                    torch.manual_seed(self.seed)
-                    fit_gpytorch_mll(
-                        GPARMarginalLogLikelihood(model.likelihood, model), **self.fit_kwargs
-                    )
-            except Exception as error:
-                if self._fitted is None:
-                    raise
-                logger.warning("GPAR refit failed (%s); reusing the last fit.", error)
-                note = f" (refit failed: {error}; last fit reused)"
-                model = self._new_model(X, Y)
-                model.load_state_dict(self._fitted[1], strict=False)
-            else:
-                if keep:
-                    self._fitted = (values, model.hyperparameters())
-        else:
+        try:
+            self._fit(model, outputs)
+        except Exception as error:
+            logger.warning("GPAR refit failed (%s); reusing the last fit.", error)
+            note = f" (refit failed: {error}; last fit reused)"
+            model = self._new_model(X, Y)
             model.load_state_dict(self._fitted[1], strict=False)
+        else:  # a failed full refit is tried again at the next decision
+            self._fitted = (values if outputs is None else self._fitted[0],
+                            model.hyperparameters())
+        if self._stage is not None:
+            self._stage = self._stage + 1 if self._stage + 1 < len(self.epochs) else None
         return model.eval(), note
+
+    def _fit(self, model: GPARModel, outputs: list[int] | None = None) -> None:
+        """Fit ``model``'s conditionals ``outputs`` (all by default), reproducibly."""
+        with torch.random.fork_rng():  # fit retries draw from the global RNG
+            torch.manual_seed(self.seed)
+            fit_gpytorch_mll(
+                GPARMarginalLogLikelihood(model.likelihood, model), outputs=outputs,
+                **self.fit_kwargs,
+            )
 
     def _new_model(self, X: Tensor, Y: Tensor) -> GPARModel:
         """An unfitted GPAR on ``Y`` with its own copy of the options' transform."""

@@ -269,7 +269,9 @@ class GPARModel(Model):
         return self._chain.fed_Y
 
     # ---------------------------------------------------------------- fitting
-    def custom_fit(self, mll: Any = None, **kwargs: Any) -> Any:
+    def custom_fit(
+        self, mll: Any = None, outputs: Sequence[int] | None = None, **kwargs: Any
+    ) -> Any:
         """Fit the conditionals in order, each to its own marginal likelihood.
 
         Called by ``botorch.fit.fit_gpytorch_mll`` (see
@@ -284,9 +286,21 @@ class GPARModel(Model):
         ``SHORT_INPUT_LENGTHSCALES`` on x, and keep the fit with the highest
         objective (see ``_fit_conditional``).
 
+        ``outputs`` (indices into the model's outputs) fits only those
+        conditionals; the others keep their hyperparameters (later ones still get
+        the values fed by refitted earlier ones). The conditionals' objectives are
+        separate, so fitting the outputs one call at a time, in order, gives the
+        same fit as one call for all, up to rounding (spreading a refit's cost). E.g.
+        ``fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model), outputs=[2])``.
+
         Keyword arguments (e.g. ``optimizer_kwargs``) go to every inner fit;
         SciPy L-BFGS-B's ``ftol`` defaults to ``FIT_FTOL``.
         """
+        fitted = set(range(self.num_outputs)) if outputs is None else set(outputs)
+        if not fitted <= set(range(self.num_outputs)):
+            raise ValueError(
+                f"outputs must be indices in 0..{self.num_outputs - 1}; got {list(outputs)}."
+            )
         if "optimizer" not in kwargs:  # The tolerance is an option of the SciPy default.
             optimizer_kwargs = dict(kwargs.pop("optimizer_kwargs", None) or {})
             options = {"ftol": FIT_FTOL, **optimizer_kwargs.get("options", {})}
@@ -296,6 +310,9 @@ class GPARModel(Model):
             if chain.depends_on_fit(m, conditionals[m]):
                 conditionals[m] = chain.rebuilt(m, conditionals[m], conditionals)
             gp = conditionals[m]
+            if m not in fitted:
+                chain.feed(m, gp)
+                continue
             try:
                 # Each evaluation builds small kernel matrices, for which lazy
                 # kernel tensors are overhead rather than savings.

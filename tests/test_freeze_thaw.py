@@ -143,6 +143,31 @@ def test_policy_reuses_the_last_fit_when_a_refit_fails(monkeypatch: pytest.Monke
     assert decision.reason.startswith("gpar (refit failed: no convergence")
 
 
+@pytest.mark.parametrize("staged", [False, True])
+def test_staged_refits_fit_one_conditional_per_decision_in_order(
+    monkeypatch: pytest.MonkeyPatch, staged: bool
+) -> None:
+    fitted: list[list[int]] = []  # the conditionals fitted, per decision
+    real = freeze_thaw.GPARModel.custom_fit
+
+    def recorded(model, mll=None, outputs=None, **kwargs):
+        fitted[-1].extend(range(model.num_outputs) if outputs is None else outputs)
+        return real(model, mll, outputs=outputs, **kwargs)
+
+    monkeypatch.setattr(freeze_thaw.GPARModel, "custom_fit", recorded)
+    X, Y = state()
+    paused = ~Y[:, -1].isfinite()
+    candidates = torch.rand(5, 1, dtype=torch.double)
+    policy = FreezeThawPolicy(EPOCHS, refit_growth=0.0, staged_refits=staged, **FAST)
+    for n in range(8, 13):  # one more run each decision: any growth starts a refit
+        fitted.append([])
+        policy.decide(X[:n], Y[:n], paused[:n], candidates)
+    if staged:  # the first fit whole, then a refit over three decisions, then the next
+        assert fitted == [[0, 1, 2], [0], [1], [2], [0]]
+    else:
+        assert fitted == [[0, 1, 2]] * 5
+
+
 def test_work_per_decision_does_not_grow_with_the_paused_runs() -> None:
     policy = FreezeThawPolicy(EPOCHS, num_resumable=3, num_refresh=2, **{**FAST, "num_candidates": 4})
     n = 50

@@ -16,7 +16,7 @@ from benchmarks.bo.harness import History, Method, Status, TabularProblem, Trial
 from gpar_bo.curve_model import curve_model_options
 from gpar_bo.freeze_thaw import FreezeThawPolicy
 
-__all__ = ["GPARFreezeThaw", "GPARFreezeThawMeasured"]
+__all__ = ["GPARFreezeThaw", "GPARFreezeThawMeasured", "GPARFreezeThawStaged"]
 
 
 class GPARFreezeThaw(Method):
@@ -75,3 +75,14 @@ class GPARFreezeThawMeasured(GPARFreezeThaw):
             "gpar_options": curve_model_options(measurement_noise=problem.measurement_noise),
         }
         super().reset(problem, seed)
+
+
+class GPARFreezeThawStaged(GPARFreezeThaw):
+    """The same policy with ``staged_refits=True``: each refit spread over the next
+    decisions, one conditional per decision (a candidate default, for the cost of a
+    decision)."""
+
+    name = "gpar_freeze_thaw_staged"
+
+    def __init__(self, **policy_options) -> None:
+        super().__init__(**{"staged_refits": True, **policy_options})
