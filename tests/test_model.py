@@ -195,10 +195,10 @@ def test_every_kernel_family_fits_and_predicts(
 
 
 def test_fitting_one_output_per_call_in_order_is_fitting_all_at_once() -> None:
-    X, Y = partial_curves(n=30)
-    whole = fit(GPARModel(X, Y, denoise=True), maxiter=15)
+    X, Y = partial_curves(n=20)
+    whole = fit(GPARModel(X, Y, denoise=True), maxiter=10)
     staged = GPARModel(X, Y, denoise=True)
-    kwargs = {"optimizer_kwargs": {"options": {"maxiter": 15}}}
+    kwargs = {"optimizer_kwargs": {"options": {"maxiter": 10}}}
     for m in range(staged.num_outputs):
         before = copy.deepcopy(staged.hyperparameters())
         fit_gpytorch_mll(GPARMarginalLogLikelihood(staged.likelihood, staged), outputs=[m], **kwargs)
