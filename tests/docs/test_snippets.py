@@ -7,10 +7,13 @@ from code that CI runs.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import select
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,15 +47,35 @@ def test_the_docs_show_the_examples() -> None:
 EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.py") if p.name not in RUN_ELSEWHERE)
 
 
-@pytest.mark.long
-@pytest.mark.parametrize("example", EXAMPLES)
-def test_example_runs(example: str, tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / example), *QUICK_ARGS.get(example, [])],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+@pytest.fixture(scope="session")
+def example_server() -> Iterator[subprocess.Popen]:
+    """A process that runs each example in a child forked from it after the examples'
+    shared imports (``tests/docs/example_server.py``): one per test worker."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.docs.example_server"], cwd=ROOT, text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         # One thread, as CI sets it: small GP fits are much slower on oversubscribed cores.
         # This checkout's package, not whichever one is installed.
         env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
             [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])},
     )
-    assert result.returncode == 0, result.stderr[-3000:]
+    yield server
+    server.stdin.close()
+    server.wait(timeout=60)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_example_runs(example: str, tmp_path: Path, example_server: subprocess.Popen) -> None:
+    log = tmp_path / "output.log"
+    request = {"path": str(ROOT / "examples" / example), "argv": QUICK_ARGS.get(example, []),
+               "cwd": str(tmp_path), "log": str(log)}
+    example_server.stdin.write(json.dumps(request) + "\n")
+    example_server.stdin.flush()
+    ready, _, _ = select.select([example_server.stdout], [], [], 600)
+    if not ready:
+        example_server.kill()
+        pytest.fail(f"{example} did not end within 600 s")
+    status = example_server.stdout.readline()
+    assert status.strip() == "0", f"{example} exited with {status.strip() or 'no status'}:\n" + (
+        log.read_text()[-3000:] if log.exists() else "")
