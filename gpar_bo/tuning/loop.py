@@ -66,8 +66,6 @@ from ax.orchestration.orchestrator import FailureRateExceededError, Orchestrator
 from gpar_bo.ax.checkpoints import Checkpoints
 from gpar_bo.ax.early_stopping import GPAREarlyStoppingStrategy
 from gpar_bo.ax.generation import gpar_generation_strategy
-from gpar_bo.curve_model import curve_model_options
-from gpar_bo.measurement import BinomialNoise
 from gpar_bo.tuning.checks import (
     check_job,
     check_output_directory,
@@ -127,9 +125,8 @@ class TuningProblem:
             are not recorded. None: every epoch 1..epochs.
         validation_size: The number of held-out examples, if the metric is an error
             rate on them: GPAR is then told its binomial sampling noise
-            (:class:`~gpar_bo.measurement.BinomialNoise`, see :meth:`gpar_options`),
-            which makes its predictive of the final error calibrated
-            (``docs/model.md``), under either scheduler. None: the noise is fitted.
+            (:class:`~gpar_bo.measurement.BinomialNoise`), which makes its predictive of
+            the final error calibrated (``docs/model.md``). None: the noise is fitted.
     """
 
     name: str
@@ -143,14 +140,6 @@ class TuningProblem:
     budget: int | None = None
     checkpoint_epochs: Sequence[int] | None = None
     validation_size: int | None = None
-
-    def gpar_options(self) -> dict[str, Any] | None:
-        """``GPARModel`` options of the curve model for this problem, for any scheduler:
-        None (the default, :func:`~gpar_bo.curve_model.curve_model_options`), or the
-        default told the metric's binomial noise when ``validation_size`` is set."""
-        if self.validation_size is None:
-            return None
-        return curve_model_options(measurement_noise=BinomialNoise(self.validation_size))
 
     @property
     def checkpoints(self) -> Checkpoints:
@@ -368,7 +357,6 @@ def _early_stopping(
         lambda: generation_strategy if generation_strategy is not None else gpar_generation_strategy(
             problem.checkpoints, metric_name=problem.metric, num_sobol_trials=num_sobol_trials,
             seed=seed, fit_kwargs=fit_kwargs, acqf_optimizer_kwargs=acqf_optimizer_kwargs,
-            gpar_options=problem.gpar_options(),
         ), recover)
     if strategy is None:  # open_run refuses another scheduler's experiment
         raise TuneError(f"{snapshot} has no generation strategy.")
@@ -376,7 +364,6 @@ def _early_stopping(
     early_stopping = GPAREarlyStoppingStrategy(
         problem.checkpoints, metric_name=problem.metric, threshold=threshold,
         min_progression=min_epochs, fit_kwargs=fit_kwargs, seed=seed,
-        gpar_options=problem.gpar_options(),
     )
     stopping = early_stopping if isinstance(early_stopping_strategy, str) else early_stopping_strategy
     budget = EpochBudget(budget_epochs, problem.metric, problem.epochs)

@@ -246,7 +246,7 @@ def test_the_policy_is_told_the_metrics_binomial_noise(
     assert isinstance(noise, BinomialNoise) and noise.num_examples == 500
     reasons = [r.getMessage() for r in caplog.records if "freeze-thaw: " in r.getMessage()]
     assert any(r.endswith("(gpar)") for r in reasons)  # GPAR decided with the noise
-    assert toy_problem(EPOCHS).gpar_options() is None  # no validation size: noise fitted
+    assert freeze_thaw_loop.policy_gpar_options(toy_problem(EPOCHS)) is None  # fitted noise
 
 
 def test_a_job_that_cannot_pause_is_one_clear_error_before_anything_starts(
