@@ -68,9 +68,7 @@ from torch import Tensor
 
 from gpar_bo.ax.curves import experiment_curves
 from gpar_bo.ax.encoding import UnitCubeEncoding
-from gpar_bo.curve_model import curve_model_options
 from gpar_bo.freeze_thaw import Decision, FreezeThawPolicy
-from gpar_bo.measurement import BinomialNoise
 from gpar_bo.tuning.errors import TuneError
 from gpar_bo.tuning.recovery import apply_status, sync_trial_data
 from gpar_bo.tuning.report import write_report
@@ -88,7 +86,7 @@ from gpar_bo.tuning.snapshot import SNAPSHOT, save_snapshot
 if TYPE_CHECKING:
     from gpar_bo.tuning.loop import TuningProblem
 
-__all__ = ["FreezeThawLoop", "Plan", "policy_gpar_options", "run_freeze_thaw"]
+__all__ = ["FreezeThawLoop", "Plan", "run_freeze_thaw"]
 
 logger = logging.getLogger(__name__)
 
@@ -404,15 +402,6 @@ class FreezeThawLoop:
         return self.ending and self.end()
 
 
-def policy_gpar_options(problem: TuningProblem) -> dict[str, Any] | None:
-    """The policy's curve model for ``problem``: the default
-    (:func:`~gpar_bo.curve_model.curve_model_options`), told the metric's binomial
-    noise when the problem has a ``validation_size``."""
-    if problem.validation_size is None:
-        return None
-    return curve_model_options(measurement_noise=BinomialNoise(problem.validation_size))
-
-
 def _policy_seed(seed: int, trained: int) -> int:
     """The rebuilt policy's seed on resume: the seed and the epochs trained so far,
     so that a resumed run does not replay the random draws of its start."""
@@ -437,7 +426,6 @@ def run_freeze_thaw(
     loop = FreezeThawLoop(experiment, runner, problem, budget_epochs, save=save,
                           max_trials=max_trials)
     loop.policy = FreezeThawPolicy(loop.checkpoints, seed=_policy_seed(seed, loop.trained()),
-                                   gpar_options=policy_gpar_options(problem),
                                    **({"fit_kwargs": dict(fit_kwargs)} if fit_kwargs else {}))
     settings = {"budget_epochs": budget_epochs, "epochs_per_run": problem.epochs,
                 "checkpoints": [int(c) for c in problem.checkpoints],

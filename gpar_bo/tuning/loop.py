@@ -123,10 +123,6 @@ class TuningProblem:
             models it, and runs may be paused or stopped, increasing and ending at
             ``epochs`` (e.g. ``[1, 3, 7, 14, 21]``); the job's reports at other epochs
             are not recorded. None: every epoch 1..epochs.
-        validation_size: The number of held-out examples, if the metric is an error
-            rate on them: GPAR is then told its binomial sampling noise
-            (:class:`~gpar_bo.measurement.BinomialNoise`), which makes its predictive of
-            the final error calibrated (``docs/model.md``). None: the noise is fitted.
     """
 
     name: str
@@ -139,7 +135,6 @@ class TuningProblem:
     check: str | None = None
     budget: int | None = None
     checkpoint_epochs: Sequence[int] | None = None
-    validation_size: int | None = None
 
     @property
     def checkpoints(self) -> Checkpoints:

@@ -13,8 +13,7 @@ A space file is one JSON object::
         {"name": "act", "type": "choice", "values": ["relu", "tanh", "gelu"]},
         {"name": "batch", "type": "fixed", "value": 64}],
      "train_kwargs": {"data": "/data/x"},   # optional: more keywords for the job
-     "tracking_metrics": ["val_loss"],      # optional: also recorded, not optimised
-     "validation_size": 1000}               # optional: see below
+     "tracking_metrics": ["val_loss"]}      # optional: also recorded, not optimised
 
 Each parameter is Ax's own JSON representation of a parameter (the one
 ``AxClient.create_experiment`` takes), read by Ax's parser into Ax's
@@ -27,10 +26,6 @@ Every error is one line naming the file and the problem, before any trial starts
 may be paused or stopped (increasing, ending at ``epochs``); the job may report every
 epoch, and its reports at other epochs are not recorded. Fewer checkpoints make GPAR's
 fits cheaper on long runs.
-
-``validation_size``, when the metric is an error rate on that many held-out examples,
-tells GPAR the metric's binomial sampling noise (``TuningProblem.validation_size``):
-its predictions of final errors are then calibrated. Leave it out for other metrics.
 
 The job is called as ``train(parameters, report, trial_index, epochs=<epochs>,
 **train_kwargs)`` (plus ``checkpoint_dir``, see :mod:`gpar_bo.tuning.jobs`): the
@@ -61,7 +56,7 @@ __all__ = ["PARAMETER_TYPES", "SPACE_KEYS", "load_job", "problem_from_space"]
 #: Top-level keys of a space file, and whether each is required.
 SPACE_KEYS = {"name": False, "metric": True, "epochs": True, "checkpoints": False,
               "budget": False, "parameters": True, "train_kwargs": False,
-              "tracking_metrics": False, "validation_size": False}
+              "tracking_metrics": False}
 #: The parameter types both schedulers take (Ax's ``derived`` parameters are not tuned).
 PARAMETER_TYPES = ("range", "choice", "fixed")
 
@@ -139,14 +134,12 @@ def problem_from_space(job: str, space: str | Path | Mapping[str, Any]) -> Tunin
     tracking = spec.get("tracking_metrics", [])
     if not isinstance(tracking, list) or not all(isinstance(m, str) for m in tracking):
         raise bad(f"'tracking_metrics' must be a list of names (got {tracking!r}).")
-    validation_size = (_positive_int(spec, "validation_size", bad)
-                       if "validation_size" in spec else None)
     parameters = _parameters(spec["parameters"], bad)
     _check_signature(function, job, {"epochs": epochs, **train_kwargs}, bad)
     return TuningProblem(
         name=name, parameters=parameters, metric=spec["metric"], epochs=epochs, train=job,
         train_kwargs={"epochs": epochs, **train_kwargs}, tracking_metrics=list(tracking),
-        budget=budget, checkpoint_epochs=checkpoints, validation_size=validation_size,
+        budget=budget, checkpoint_epochs=checkpoints,
     )
 
 

@@ -7,7 +7,6 @@ in process, one epoch per poll) on the toy problem's curves.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import shutil
 from pathlib import Path
@@ -19,7 +18,6 @@ from ax.core.trial_status import TrialStatus
 import gpar_bo.tuning.freeze_thaw as freeze_thaw_loop
 import gpar_bo.tuning.snapshot as snapshot_module
 from gpar_bo.freeze_thaw import Decision, FreezeThawPolicy
-from gpar_bo.measurement import BinomialNoise
 from gpar_bo.problems.toy import toy_problem
 from gpar_bo.tuning.errors import TuneSettingsError
 from gpar_bo.tuning.freeze_thaw import FreezeThawLoop
@@ -226,27 +224,6 @@ def test_a_failed_fit_falls_back_to_successive_halving(
     assert any("model-free: GPAR failed (no fit today)" in r for r in reasons)
     assert not any(r.endswith("(gpar)") for r in reasons)
     assert runner.epochs_trained == report["epochs_trained"] == 20
-
-
-def test_the_policy_is_told_the_metrics_binomial_noise(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    made: list[FreezeThawPolicy] = []
-
-    class Recorded(FreezeThawPolicy):
-        def __init__(self, *args, **kwargs) -> None:
-            super().__init__(*args, **kwargs)
-            made.append(self)
-
-    monkeypatch.setattr(freeze_thaw_loop, "FreezeThawPolicy", Recorded)
-    problem = dataclasses.replace(toy_problem(EPOCHS), validation_size=500)
-    with caplog.at_level(logging.INFO, logger="gpar_bo.tuning.freeze_thaw"):
-        tune(problem, tmp_path, 14, runner=_runner(tmp_path), **RUN)
-    noise = made[-1].gpar_options["measurement_noise"]  # the policy the run decided with
-    assert isinstance(noise, BinomialNoise) and noise.num_examples == 500
-    reasons = [r.getMessage() for r in caplog.records if "freeze-thaw: " in r.getMessage()]
-    assert any(r.endswith("(gpar)") for r in reasons)  # GPAR decided with the noise
-    assert freeze_thaw_loop.policy_gpar_options(toy_problem(EPOCHS)) is None  # fitted noise
 
 
 def test_a_job_that_cannot_pause_is_one_clear_error_before_anything_starts(

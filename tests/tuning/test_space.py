@@ -55,11 +55,6 @@ def test_checkpoints_are_the_files_or_every_epoch() -> None:
     assert problem_from_space(JOB, _space()).checkpoints.tolist() == [1, 2, 3, 4]
 
 
-def test_the_validation_size_is_the_files_or_none() -> None:
-    assert problem_from_space(JOB, _space(validation_size=833)).validation_size == 833
-    assert problem_from_space(JOB, _space()).validation_size is None
-
-
 def test_the_shipped_toy_space_file_loads() -> None:
     problem = problem_from_space(JOB, ROOT / "examples" / "toy_space.json")
     assert problem.metric == "error" and problem.budget == 40
@@ -73,8 +68,6 @@ BAD_SPACES = {
     "epochs not an integer": (_space(epochs=2.5), "'epochs' must be an integer >= 1"),
     "epochs zero": (_space(epochs=0), "'epochs' must be an integer >= 1"),
     "bad budget": (_space(budget=-1), "'budget' must be an integer >= 1"),
-    "fractional validation size": (_space(validation_size=0.2),
-                                   "'validation_size' must be an integer >= 1"),
     "checkpoints not increasing": (_space(checkpoints=[1, 3, 2, 4]),
                                    "'checkpoints' must be increasing whole epochs >= 1"),
     "checkpoints of fractions": (_space(checkpoints=[0.5, 4]),

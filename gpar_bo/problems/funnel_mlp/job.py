@@ -39,22 +39,16 @@ def funnel_problem(
         epochs: epochs per full trial (the cosine schedule anneals over these).
         seed: base training seed (trial ``i`` uses ``seed + i``).
         max_examples: use only this many examples (smoke tests).
-
-    Its ``validation_size`` is the jobs' validation split (GPAR is told the binomial
-    noise of their validation error).
     """
     if dataset not in DATASETS:
         raise ValueError(f"unknown data set {dataset!r}; expected one of {sorted(DATASETS)}")
     kwargs: dict[str, Any] = {"dataset": dataset, "epochs": epochs, "seed": seed}
     if max_examples is not None:
         kwargs["max_examples"] = max_examples
-    from gpar_bo.problems.funnel_mlp.data import load_dataset
-
     return TuningProblem(
         name=f"funnel_mlp_{dataset}", parameters=search_space_parameters(), metric="val_error",
         epochs=epochs, train="gpar_bo.problems.funnel_mlp.job:train_funnel_mlp",
         train_kwargs=kwargs, tracking_metrics=["val_loss"],
-        validation_size=load_dataset(dataset, max_examples=max_examples).n_val,
     )
 
 

@@ -40,9 +40,6 @@ def mnist_problem(
 ) -> TuningProblem:
     """The six MLP hyperparameters of :mod:`gpar_bo.problems.mnist` (paper ranges), on validation error.
 
-    The problem's ``validation_size`` is the jobs' validation split, so GPAR is told
-    the binomial noise of their validation error.
-
     Args:
         epochs: Epochs per full trial.
         data_dir: An MNIST IDX directory; None for the embedded 5k digits.
@@ -70,7 +67,6 @@ def mnist_problem(
         RangeParameter("log_l2", ParameterType.FLOAT, *bounds("log_l2")),
     ]
     kwargs: dict[str, Any] = {"epochs": epochs, "data_dir": data_dir, "seed": seed}
-    validation_size = _validation_size(data_dir, max_examples)
     if max_examples is not None:
         kwargs["max_examples"] = max_examples
     return TuningProblem(
@@ -78,19 +74,7 @@ def mnist_problem(
         train="gpar_bo.problems.mnist.job:train_mnist_mlp", train_kwargs=kwargs,
         tracking_metrics=["val_loss"], check="gpar_bo.problems.mnist.job:check_mnist_job",
         checkpoint_epochs=tuning_checkpoints(epochs) if checkpoints is None else list(checkpoints),
-        validation_size=validation_size,
     )
-
-
-def _validation_size(data_dir: str | None, max_examples: int | None) -> int | None:
-    """The validation digits the error rate is measured on (the jobs' split); None if
-    the data cannot be loaded, which ``check_mnist_job`` then reports in one line."""
-    from gpar_bo.problems.mnist.data import load_mnist
-
-    try:
-        return load_mnist(data_dir, max_examples=max_examples).n_val
-    except ValueError:
-        return None
 
 
 def check_mnist_job(

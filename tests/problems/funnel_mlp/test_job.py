@@ -9,7 +9,6 @@ pytest.importorskip("ax")
 from ax.core.parameter import ParameterType  # noqa: E402
 
 from gpar_bo.problems.funnel_mlp import HPARAM_NAMES, sample_setting  # noqa: E402
-from gpar_bo.problems.funnel_mlp.data import load_dataset  # noqa: E402
 from gpar_bo.problems.funnel_mlp.job import funnel_problem, train_funnel_mlp  # noqa: E402
 from gpar_bo.tuning.jobs import resolve  # noqa: E402
 
@@ -27,7 +26,6 @@ def test_search_space() -> None:
     assert problem.checkpoints.tolist() == list(range(1, 8)) and problem.metric == "val_error"
     assert problem.train_kwargs == {"dataset": "breast_cancer", "epochs": 7, "seed": 2, "max_examples": 50}
     assert resolve(problem.train) is train_funnel_mlp
-    assert problem.validation_size == load_dataset("breast_cancer", max_examples=50).n_val
     with pytest.raises(ValueError, match="unknown data set"):
         funnel_problem(dataset="iris")
 

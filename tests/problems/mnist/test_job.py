@@ -75,14 +75,3 @@ def test_tune_decides_at_the_benchmarks_checkpoints_by_default() -> None:
     assert list(tuning_problem(parse(["tune"])).checkpoints) == [1, 3, 7, 10]
     given = tuning_problem(parse(["tune", "--epochs", "4", "--checkpoints", "1", "2", "3", "4"]))
     assert list(given.checkpoints) == [1, 2, 3, 4]
-
-
-def test_the_validation_size_is_the_jobs_split_or_left_to_the_check() -> None:
-    from gpar_bo.problems.mnist.job import check_mnist_job, mnist_problem
-
-    assert mnist_problem().validation_size == load_mnist().n_val == 833
-    assert mnist_problem(max_examples=300).validation_size == load_mnist(max_examples=300).n_val
-    problem = mnist_problem(data_dir="/no/such/dir")
-    assert problem.validation_size is None  # the check says why, in one line
-    with pytest.raises(ValueError, match="does not exist"):
-        check_mnist_job(**problem.train_kwargs)
