@@ -63,6 +63,8 @@ HARNESS_METHODS: dict[str, Callable] = {
     REFERENCE: GPARFreezeThaw, GPARFreezeThawMeasured.name: GPARFreezeThawMeasured,
     GPARFreezeThawStaged.name: GPARFreezeThawStaged, **BASELINES
 }
+#: Candidate variants of the policy: run only when named in ``--methods``.
+CANDIDATES = (GPARFreezeThawMeasured.name, GPARFreezeThawStaged.name)
 #: Syne Tune's schedulers by the names used here (its class names as values).
 SYNE_TUNE_METHODS = {
     "syne_bohb": "BOHB",
@@ -322,7 +324,8 @@ def main(argv: list[str] | None = None) -> str:
                         help=f"synthetic generator seeds, 'mnist', 'digits' (default: {' '.join(DEFAULT_TABLES)})")
     parser.add_argument("--seeds", type=int, default=5, help="run seeds 0..N-1 (default 5)")
     parser.add_argument("--methods", nargs="+", default=None, choices=METHODS,
-                        help="default: every method whose dependencies are installed")
+                        help="default: every method whose dependencies are installed, "
+                             "but the candidate variants of the policy")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--quick", action="store_true", help="one tiny synthetic table, 2 seeds, model-free methods and the policy")
     parser.add_argument("--report-only", action="store_true", help="write the report from the runs file")
@@ -368,7 +371,8 @@ def main(argv: list[str] | None = None) -> str:
 def _available_methods() -> list[str]:
     from benchmarks.syne_tune.methods import syne_tune_available
 
-    methods = [m for m in HARNESS_METHODS if m != "optuna_tpe_hyperband" or optuna_available()]
+    methods = [m for m in HARNESS_METHODS if m not in CANDIDATES
+               and (m != "optuna_tpe_hyperband" or optuna_available())]
     return methods + (list(SYNE_TUNE_METHODS) if syne_tune_available() else [])
 
 

@@ -353,8 +353,9 @@ class FreezeThawPolicy:
         staged_refits: Spread each refit after the first over the next ``M``
             decisions, one conditional per decision in output order, the others
             keeping their last fitted hyperparameters. The conditionals are fitted
-            separately, so this is the same refit, done in steps: a decision then
-            costs at most one conditional's fit instead of all ``M``.
+            separately, so this is the refit done in steps (each on the data of its
+            decision): a decision then costs at most one conditional's fit instead of
+            all ``M``. A stage whose fit fails is tried again at the next decision.
         gpar_options: ``GPARModel`` options (default
             :func:`~gpar_bo.curve_model.curve_model_options`). The index is computed
             on log-error increments, so the model always has a ``LogIncrements``
@@ -720,9 +721,8 @@ class FreezeThawPolicy:
             note = f" (refit failed: {error}; last fit reused)"
             model = self._new_model(X, Y)
             model.load_state_dict(self._fitted[1], strict=False)
-        else:  # a failed full refit is tried again at the next decision
-            self._fitted = (values if outputs is None else self._fitted[0],
-                            model.hyperparameters())
+            return model.eval(), note  # a failed refit or stage is tried again next decision
+        self._fitted = (values if outputs is None else self._fitted[0], model.hyperparameters())
         if self._stage is not None:
             self._stage = self._stage + 1 if self._stage + 1 < len(self.epochs) else None
         return model.eval(), note

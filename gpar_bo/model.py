@@ -296,10 +296,11 @@ class GPARModel(Model):
         Keyword arguments (e.g. ``optimizer_kwargs``) go to every inner fit;
         SciPy L-BFGS-B's ``ftol`` defaults to ``FIT_FTOL``.
         """
+        outputs = None if outputs is None else list(outputs)
         fitted = set(range(self.num_outputs)) if outputs is None else set(outputs)
         if not fitted <= set(range(self.num_outputs)):
             raise ValueError(
-                f"outputs must be indices in 0..{self.num_outputs - 1}; got {list(outputs)}."
+                f"outputs must be indices in 0..{self.num_outputs - 1}; got {outputs}."
             )
         if "optimizer" not in kwargs:  # The tolerance is an option of the SciPy default.
             optimizer_kwargs = dict(kwargs.pop("optimizer_kwargs", None) or {})

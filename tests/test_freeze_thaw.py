@@ -165,6 +165,18 @@ def test_staged_refits_fit_one_conditional_per_decision_in_order(
     # The first fit whole, then a refit over three decisions, then the next one.
     assert fitted == [[0, 1, 2], [0], [1], [2], [0]]
 
+    def broken(model, mll=None, outputs=None, **kwargs):
+        fitted[-1].extend(outputs)
+        raise RuntimeError("no convergence")
+
+    monkeypatch.setattr(freeze_thaw.GPARModel, "custom_fit", broken)
+    fitted.append([])
+    assert "refit failed" in policy.decide(X, Y, paused, candidates).reason
+    monkeypatch.setattr(freeze_thaw.GPARModel, "custom_fit", recorded)
+    fitted.append([])
+    policy.decide(X, Y, paused, candidates)
+    assert fitted[-2:] == [[1], [1]]  # the failed stage is tried again
+
 
 def test_work_per_decision_does_not_grow_with_the_paused_runs() -> None:
     policy = FreezeThawPolicy(EPOCHS, num_resumable=3, num_refresh=2, **{**FAST, "num_candidates": 4})

@@ -193,7 +193,6 @@ def test_every_kernel_family_fits_and_predicts(
     assert (posterior.variance > 0).all()
 
 
-
 def test_fitting_one_output_per_call_in_order_is_fitting_all_at_once() -> None:
     X, Y = partial_curves(n=20)
     whole = fit(GPARModel(X, Y, denoise=True), maxiter=10)

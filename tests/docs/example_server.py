@@ -19,6 +19,7 @@ import json
 import os
 import runpy
 import sys
+import threading
 import traceback
 
 
@@ -31,7 +32,10 @@ def _run(request: dict) -> int:
         runpy.run_path(request["path"], run_name="__main__")
         return 0
     except SystemExit as exit_:
-        return exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
+        if exit_.code is None or isinstance(exit_.code, int):
+            return exit_.code or 0
+        print(exit_.code, file=sys.stderr)  # sys.exit("message"), as Python shows it
+        return 1
     except BaseException:
         traceback.print_exc()
         return 1
@@ -50,14 +54,20 @@ def main() -> None:
         sys.stdout.flush()
         pid = os.fork()
         if pid == 0:
-            log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            os.dup2(log, 1)
-            os.dup2(log, 2)
-            code = _run(request)
-            atexit._run_exitfuncs()  # what interpreter exit would do (e.g. join workers)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
+            code = 1
+            try:
+                log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # not the server's requests
+                os.dup2(log, 1)
+                os.dup2(log, 2)
+                code = _run(request)
+                # What interpreter exit does: join non-daemon threads, then atexit.
+                threading._shutdown()  # type: ignore[attr-defined]
+                atexit._run_exitfuncs()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
         _, status = os.waitpid(pid, 0)
         print(os.waitstatus_to_exitcode(status), flush=True)
 

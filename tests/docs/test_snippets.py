@@ -11,6 +11,7 @@ import json
 import os
 import re
 import select
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -54,19 +55,26 @@ def example_server() -> Iterator[subprocess.Popen]:
     server = subprocess.Popen(
         [sys.executable, "-m", "tests.docs.example_server"], cwd=ROOT, text=True,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        start_new_session=True,  # so that a kill takes the examples' processes down too
         # One thread, as CI sets it: small GP fits are much slower on oversubscribed cores.
         # This checkout's package, not whichever one is installed.
         env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
             [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])},
     )
     yield server
-    server.stdin.close()
-    server.wait(timeout=60)
+    if server.poll() is None:
+        server.stdin.close()
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
 
 
 @pytest.mark.long
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_example_runs(example: str, tmp_path: Path, example_server: subprocess.Popen) -> None:
+    if example_server.poll() is not None:
+        pytest.fail(f"the example server ended ({example_server.returncode}) before {example}")
     log = tmp_path / "output.log"
     request = {"path": str(ROOT / "examples" / example), "argv": QUICK_ARGS.get(example, []),
                "cwd": str(tmp_path), "log": str(log)}
@@ -74,8 +82,8 @@ def test_example_runs(example: str, tmp_path: Path, example_server: subprocess.P
     example_server.stdin.flush()
     ready, _, _ = select.select([example_server.stdout], [], [], 600)
     if not ready:
-        example_server.kill()
-        pytest.fail(f"{example} did not end within 600 s")
+        os.killpg(example_server.pid, signal.SIGKILL)
+        pytest.fail(f"{example} did not end within 600 s:\n" + log.read_text()[-3000:])
     status = example_server.stdout.readline()
     assert status.strip() == "0", f"{example} exited with {status.strip() or 'no status'}:\n" + (
         log.read_text()[-3000:] if log.exists() else "")
