@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskGP
 from botorch.models.transforms.input import Normalize
 from botorch.models.transforms.outcome import Log, Standardize
@@ -15,7 +16,6 @@ from gpytorch.kernels import MaternKernel, RBFKernel, ScaleKernel
 from gpytorch.likelihoods import GaussianLikelihood
 from gpytorch.means import ZeroMean
 from gpytorch.mlls import ExactMarginalLogLikelihood
-from botorch.fit import fit_gpytorch_mll
 from tests.helpers import EPOCHS, fit, partial_curves, tolerance
 
 from gpar_bo import GPARMarginalLogLikelihood, GPARModel, KernelFamily
@@ -211,6 +211,7 @@ def test_fitting_one_output_per_call_in_order_is_fitting_all_at_once() -> None:
     torch.testing.assert_close(staged.fed_Y, whole.fed_Y, rtol=1e-7, atol=1e-8, equal_nan=True)
     with pytest.raises(ValueError, match="outputs must be indices in 0..4"):
         staged.custom_fit(outputs=[5])
+
 
 @pytest.mark.parametrize(("conventions", "dtype"), SUPPORTED, ids=SUPPORTED_IDS)
 def test_matern_option_changes_only_the_kernel_on_x(conventions: str, dtype: torch.dtype) -> None:

@@ -28,6 +28,8 @@ def _run(request: dict) -> int:
     try:
         os.chdir(request["cwd"])
         sys.argv = [request["path"], *request["argv"]]
+        # As ``python PATH`` puts the script's folder first (runpy.run_path does not):
+        # tune_your_job.py's workers import it by name. Only this forked child's path.
         sys.path.insert(0, os.path.dirname(request["path"]))
         runpy.run_path(request["path"], run_name="__main__")
         return 0
