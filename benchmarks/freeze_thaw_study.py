@@ -13,9 +13,8 @@ epoch accounting, on tables the policy was not tuned on:
 Methods: ``gpar_freeze_thaw`` (the package's ``FreezeThawPolicy`` with its defaults,
 through ``benchmarks.bo.freeze_thaw.GPARFreezeThaw``), ``gpar_freeze_thaw_measured``
 (the same policy told the table's measurement noise, a candidate default),
-``gpar_freeze_thaw_staged`` (the same policy with ``staged_refits``, a candidate default),
-the harness's baselines (ASHA,
-one-epoch screening, random search, Optuna's TPE with its Hyperband pruner) and Syne
+``gpar_freeze_thaw_full_refits`` (the default before staged refits, 2026-11-28: every
+refit in one decision), the harness's baselines (ASHA, one-epoch screening, random search, Optuna's TPE with its Hyperband pruner) and Syne
 Tune 0.13.0's BOHB, Hyper-Tune, MOBSTER and DyHPO through
 ``benchmarks.syne_tune.methods.run_syne_tune`` (its own virtualenv, see
 ``benchmarks/syne_tune/setup_venv.sh``). The budget is 50 full runs' worth of epochs
@@ -53,7 +52,7 @@ import torch
 
 from benchmarks.bo.analysis import epochs_to_threshold, mean_se, regret_bands, regret_at, wilcoxon_less
 from benchmarks.bo.baselines import BASELINES, optuna_available
-from benchmarks.bo.freeze_thaw import GPARFreezeThaw, GPARFreezeThawMeasured, GPARFreezeThawStaged
+from benchmarks.bo.freeze_thaw import GPARFreezeThaw, GPARFreezeThawFullRefits, GPARFreezeThawMeasured
 from benchmarks.bo.harness import TabularProblem, simulate
 from benchmarks.bo.problems import funnel_table, mnist_table, synthetic_problem
 from benchmarks.report import RESULTS, command_line, exclusive, markdown_table, write_results
@@ -61,10 +60,11 @@ from benchmarks.report import RESULTS, command_line, exclusive, markdown_table, 
 REFERENCE = "gpar_freeze_thaw"
 HARNESS_METHODS: dict[str, Callable] = {
     REFERENCE: GPARFreezeThaw, GPARFreezeThawMeasured.name: GPARFreezeThawMeasured,
-    GPARFreezeThawStaged.name: GPARFreezeThawStaged, **BASELINES
+    GPARFreezeThawFullRefits.name: GPARFreezeThawFullRefits, **BASELINES
 }
-#: Candidate variants of the policy: run only when named in ``--methods``.
-CANDIDATES = (GPARFreezeThawMeasured.name, GPARFreezeThawStaged.name)
+#: Variants of the policy (candidates, and the earlier default): run only when named in
+#: ``--methods``.
+CANDIDATES = (GPARFreezeThawMeasured.name, GPARFreezeThawFullRefits.name)
 #: Syne Tune's schedulers by the names used here (its class names as values).
 SYNE_TUNE_METHODS = {
     "syne_bohb": "BOHB",

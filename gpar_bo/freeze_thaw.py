@@ -62,8 +62,8 @@ Design choices and why:
 * **Hyperparameters** are re-optimised when the observed values grew by
   ``refit_growth`` since the last fit, starting from the last fit's values (warm
   start), and reloaded otherwise, so the expensive step happens geometrically rarely.
-  With ``staged_refits`` a refit is spread over the next ``M`` decisions, one
-  conditional each, so that no single decision pays for all of it.
+  Each refit after the first is spread over the next ``M`` decisions, one
+  conditional each (``staged_refits``), so that no single decision pays for all of it.
 
 **Warm-up.** GPAR needs two runs at the final checkpoint. Until then the policy screens
 ``num_initial`` random settings at the first checkpoint and pushes the two best to the
@@ -352,10 +352,11 @@ class FreezeThawPolicy:
             in between, reload them (decisions stay cheap as data accumulate).
         staged_refits: Spread each refit after the first over the next ``M``
             decisions, one conditional per decision in output order, the others
-            keeping their last fitted hyperparameters. The conditionals are fitted
-            separately, so this is the refit done in steps (each on the data of its
-            decision): a decision then costs at most one conditional's fit instead of
-            all ``M``. A stage whose fit fails is tried again at the next decision.
+            keeping their last fitted hyperparameters (default; False refits all
+            conditionals in one decision). The conditionals are fitted separately,
+            so this is the refit done in steps (each on the data of its decision):
+            a decision then costs at most one conditional's fit instead of all
+            ``M``. A stage whose fit fails is tried again at the next decision.
         gpar_options: ``GPARModel`` options (default
             :func:`~gpar_bo.curve_model.curve_model_options`). The index is computed
             on log-error increments, so the model always has a ``LogIncrements``
@@ -377,7 +378,7 @@ class FreezeThawPolicy:
         model_free_fraction: float = 0.1,
         eta: float = 3.0,
         refit_growth: float = 0.2,
-        staged_refits: bool = False,
+        staged_refits: bool = True,
         gpar_options: Mapping[str, Any] | None = None,
         fit_kwargs: Mapping[str, Any] | None = None,
         seed: int = 0,

@@ -59,14 +59,16 @@ def test_the_measured_policy_is_the_package_policy_told_the_table_noise() -> Non
         GPARFreezeThawMeasured().reset(dataclasses.replace(problem, measurement_noise=None), seed=0)
 
 
-def test_the_staged_policy_is_the_package_policy_with_staged_refits_and_not_a_default() -> None:
+def test_the_full_refit_policy_is_the_package_policy_without_staged_refits_and_not_a_default() -> None:
     from benchmarks import freeze_thaw_study
-    from benchmarks.bo.freeze_thaw import GPARFreezeThawStaged
+    from benchmarks.bo.freeze_thaw import GPARFreezeThaw, GPARFreezeThawFullRefits
     from benchmarks.bo.problems import synthetic_problem
 
-    method = GPARFreezeThawStaged()
-    method.reset(synthetic_problem(n=20, seed=1), seed=0)
-    assert method.policy.staged_refits and method.name == "gpar_freeze_thaw_staged"
+    default, method = GPARFreezeThaw(), GPARFreezeThawFullRefits()
+    for m in (default, method):
+        m.reset(synthetic_problem(n=20, seed=1), seed=0)
+    assert default.policy.staged_refits and not method.policy.staged_refits
+    assert method.name == "gpar_freeze_thaw_full_refits"
     defaults = freeze_thaw_study._available_methods()  # candidates run only when named
     assert freeze_thaw_study.REFERENCE in defaults
     assert not set(freeze_thaw_study.CANDIDATES) & set(defaults)
