@@ -47,7 +47,7 @@ def test_mixture_metrics_of_one_gaussian_are_its_closed_forms() -> None:
     assert all(torch.allclose(twice[k], metrics[k]) for k in metrics)
 
 
-@pytest.mark.slow  # left out of CI for time (README, "Tests and CI")
+@pytest.mark.slow  # left out of CI for time (docs/testing.md)
 def test_quick_run_writes_every_result_file_and_resumes(tmp_path: Path) -> None:
     out = tmp_path / "calibration"
     calibration.main(["--quick", "--models", "lognormal", "--out", str(out)])

@@ -34,7 +34,7 @@ def test_split_follows_the_protocol(study) -> None:
     assert study.reach_counts(60) == [60, 43, 30, 22, 15]
 
 
-@pytest.mark.slow  # left out of CI for time (README, "Tests and CI")
+@pytest.mark.slow  # left out of CI for time (docs/testing.md)
 def test_quick_study_writes_results(study, tmp_path) -> None:
     out = tmp_path / "results"
     argv = ["--quick", "--seeds", "0", "--n-train", "50", "--n-test", "30",

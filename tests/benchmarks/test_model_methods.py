@@ -165,8 +165,8 @@ def test_methods_run_deterministically_on_remaining_settings(name: str) -> None:
     assert len(traces[0].suggest_seconds) > 6  # beyond the 4 random initial settings
 
 
-# Both runs are among the slowest benchmark checks, left out of CI for time (README,
-# "Tests and CI"); the package's own early stopping is tested in tests/ax/.
+# Both runs are among the slowest benchmark checks, left out of CI for time
+# (docs/testing.md); the package's own early stopping is tested in tests/ax/.
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(EARLY_STOPPING))
 def test_early_stopping_deterministically_stops_runs_that_would_not_win(name: str) -> None:
@@ -181,7 +181,7 @@ def test_early_stopping_deterministically_stops_runs_that_would_not_win(name: st
     assert len({t["setting"] for t in traces[0].trials}) == len(traces[0].trials)
 
 
-@pytest.mark.slow  # left out of CI for time (README, "Tests and CI")
+@pytest.mark.slow  # left out of CI for time (docs/testing.md)
 def test_surrogate_quality_quick_rows() -> None:
     rows = surrogate_quality(short_problem(n=200), seeds=[0], quick=True)
     models = {row["model"] for row in rows if row["prefix"] == "all"}

@@ -41,7 +41,7 @@ def test_load_fx2007_rejects_unknown_convention() -> None:
         datasets.load_fx2007("other")
 
 
-@pytest.mark.slow  # left out of CI for time (README, "Tests and CI")
+@pytest.mark.slow  # left out of CI for time (docs/testing.md)
 def test_jura_quick_writes_results(tmp_path: Path) -> None:
     rows = jura.main(["--quick", "--out", str(tmp_path)])
     assert [r["model"] for r in rows] == list(jura.MODELS)
@@ -51,7 +51,7 @@ def test_jura_quick_writes_results(tmp_path: Path) -> None:
     assert "command" in (tmp_path / "jura_quick.md").read_text()
 
 
-@pytest.mark.slow  # left out of CI for time (README, "Tests and CI")
+@pytest.mark.slow  # left out of CI for time (docs/testing.md)
 def test_exchange_predict_and_score_on_a_subset(tmp_path: Path) -> None:
     data = exchange.quick_subset(datasets.load_fx2007("paper"), step=24, others=1)
     order = list(range(len(data.names)))  # targets already last

@@ -7,7 +7,7 @@ import pytest
 from benchmarks import tune_mnist as bench
 
 
-@pytest.mark.slow  # left out of CI for time (README, "Tests and CI")
+@pytest.mark.slow  # left out of CI for time (docs/testing.md)
 def test_quick_benchmark_writes_report_resumes_and_keeps_its_invariants(tmp_path):
     bench.main(["--quick", "--out", str(tmp_path)])
     runs = tmp_path / bench.RUNS_FILE
