@@ -11,12 +11,12 @@ epoch accounting, on tables the policy was not tuned on:
   part of each run's key, so runs on a table that has since grown are not mixed in).
 
 Methods: ``gpar_freeze_thaw`` (the package's ``FreezeThawPolicy`` with its defaults,
-through ``benchmarks.bo.freeze_thaw.GPARFreezeThaw``), ``gpar_freeze_thaw_measured``
-(the same policy told the table's measurement noise, a candidate default),
-``gpar_freeze_thaw_full_refits`` (the default before staged refits, 2026-11-28: every
-refit in one decision), the harness's baselines (ASHA, one-epoch screening, random search, Optuna's TPE with its Hyperband pruner) and Syne
-Tune 0.13.0's BOHB, Hyper-Tune, MOBSTER and DyHPO through
-``benchmarks.syne_tune.methods.run_syne_tune`` (its own virtualenv, see
+through ``benchmarks.bo.freeze_thaw.GPARFreezeThaw``), ``gpar_freeze_thaw_full_refits``
+(the default before staged refits, 2026-11-28: every refit in one decision),
+``gpar_freeze_thaw_measured`` (that earlier default told the table's measurement noise,
+a candidate), the harness's baselines (ASHA, one-epoch screening, random search, Optuna's
+TPE with its Hyperband pruner) and Syne Tune 0.13.0's BOHB, Hyper-Tune, MOBSTER and DyHPO
+through ``benchmarks.syne_tune.methods.run_syne_tune`` (its own virtualenv, see
 ``benchmarks/syne_tune/setup_venv.sh``). The budget is 50 full runs' worth of epochs
 (1,000 on MNIST, as in ``benchmarks.bo_mnist``); regret is read off at 25, 50 and
 100 % of it (and at 300 epochs on MNIST).
@@ -133,6 +133,8 @@ def run(method: str, table: str, problem: TabularProblem, seed: int, budget: int
 
         instance.resume = timed
     trace = simulate(instance, problem, seed, budget, workers=WORKERS).to_json()
+    if isinstance(instance, GPARFreezeThaw):  # which refit schedule made the run
+        line["staged_refits"] = instance.policy.staged_refits
     return {**line, "trace": trace, "cpu_decisions": cpu,
             "reasons": getattr(instance, "reasons", None), "wall": time.perf_counter() - tic}
 
@@ -325,7 +327,7 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--seeds", type=int, default=5, help="run seeds 0..N-1 (default 5)")
     parser.add_argument("--methods", nargs="+", default=None, choices=METHODS,
                         help="default: every method whose dependencies are installed, "
-                             "but the candidate variants of the policy")
+                             "but the policy's variants (candidates and the earlier default)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--quick", action="store_true", help="one tiny synthetic table, 2 seeds, model-free methods and the policy")
     parser.add_argument("--report-only", action="store_true", help="write the report from the runs file")

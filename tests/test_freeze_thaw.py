@@ -127,11 +127,14 @@ def test_policy_falls_back_when_the_fit_fails(monkeypatch: pytest.MonkeyPatch, c
     assert "no convergence" in caplog.text
 
 
-def test_policy_reuses_the_last_fit_when_a_refit_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("staged_refits", [True, False])
+def test_policy_reuses_the_last_fit_when_a_refit_fails(
+    monkeypatch: pytest.MonkeyPatch, staged_refits: bool
+) -> None:
     X, Y = state()
     paused = ~Y[:, -1].isfinite()
     candidates = torch.rand(5, 1, dtype=torch.double)
-    policy = FreezeThawPolicy(EPOCHS, **FAST)
+    policy = FreezeThawPolicy(EPOCHS, staged_refits=staged_refits, **FAST)
     policy.decide(X[:-2], Y[:-2], paused[:-2], candidates)
 
     def broken(*args, **kwargs):
@@ -143,7 +146,7 @@ def test_policy_reuses_the_last_fit_when_a_refit_fails(monkeypatch: pytest.Monke
     assert decision.reason.startswith("gpar (refit failed: no convergence")
 
 
-def test_staged_refits_fit_one_conditional_per_decision_in_order(
+def test_refits_are_staged_one_conditional_per_decision_unless_turned_off(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     fitted: list[list[int]] = []  # the conditionals fitted, per decision
@@ -157,9 +160,16 @@ def test_staged_refits_fit_one_conditional_per_decision_in_order(
     X, Y = state()
     paused = ~Y[:, -1].isfinite()
     candidates = torch.rand(5, 1, dtype=torch.double)
-    policy = FreezeThawPolicy(EPOCHS, refit_growth=0.0, staged_refits=True, **FAST,
-                              fit_kwargs={"optimizer_kwargs": {"options": {"maxiter": 10}}})
-    for n in range(8, 13):  # one more run each decision: any growth starts a refit
+    options = {"refit_growth": 0.0, **FAST,
+               "fit_kwargs": {"optimizer_kwargs": {"options": {"maxiter": 10}}}}
+    full = FreezeThawPolicy(EPOCHS, staged_refits=False, **options)
+    for n in range(8, 11):  # one more run each decision: any growth starts a refit
+        fitted.append([])
+        full.decide(X[:n], Y[:n], paused[:n], candidates)
+    assert fitted == [[0, 1, 2]] * 3  # without staging, every refit fits all conditionals
+    fitted.clear()
+    policy = FreezeThawPolicy(EPOCHS, **options)  # staged by default
+    for n in range(8, 13):
         fitted.append([])
         policy.decide(X[:n], Y[:n], paused[:n], candidates)
     # The first fit whole, then a refit over three decisions, then the next one.

@@ -61,11 +61,15 @@ class GPARFreezeThaw(Method):
 
 
 class GPARFreezeThawMeasured(GPARFreezeThaw):
-    """The same policy told the table's measurement noise: its curve model is
-    ``curve_model_options(measurement_noise=problem.measurement_noise)`` (a candidate
-    default, see ``results/calibration_diagnosis.md``)."""
+    """The policy as its runs were measured (full refits, ``staged_refits=False``), told
+    the table's measurement noise: its curve model is
+    ``curve_model_options(measurement_noise=problem.measurement_noise)`` (a candidate,
+    see ``results/calibration_diagnosis.md``)."""
 
     name = "gpar_freeze_thaw_measured"
+
+    def __init__(self, **policy_options) -> None:
+        super().__init__(**{"staged_refits": False, **policy_options})
 
     def reset(self, problem: TabularProblem, seed: int) -> None:
         if problem.measurement_noise is None:

@@ -44,7 +44,7 @@ def test_a_second_process_on_the_same_runs_file_is_refused(tmp_path):
     assert not (tmp_path / "freeze_thaw_runs.jsonl").exists()
 
 
-def test_the_measured_policy_is_the_package_policy_told_the_table_noise() -> None:
+def test_the_measured_policy_is_the_earlier_default_told_the_table_noise() -> None:
     import dataclasses
 
     from benchmarks.bo.freeze_thaw import GPARFreezeThawMeasured
@@ -55,6 +55,7 @@ def test_the_measured_policy_is_the_package_policy_told_the_table_noise() -> Non
     method.reset(problem, seed=0)
     given = method.policy.gpar_options["measurement_noise"]  # the policy keeps a copy
     assert type(given) is type(problem.measurement_noise) and given.settings() == problem.measurement_noise.settings()
+    assert not method.policy.staged_refits  # as its recorded runs were made
     with pytest.raises(ValueError, match="records no measurement noise"):
         GPARFreezeThawMeasured().reset(dataclasses.replace(problem, measurement_noise=None), seed=0)
 
