@@ -28,6 +28,9 @@ it was stopped or paused, before it ended, must be 0.
 One JSON line per (method, seed, settings) goes to ``<out>/tune_mnist_runs.jsonl`` (a
 rerun skips finished ones; an interrupted run resumes through ``tune``'s own resume from
 ``<out>/tune_mnist_runs/<kind>/<method>/seed<k>/``); the report is ``<out>/tune_mnist.{md,csv,json,png}``.
+The ``freeze_thaw`` runs at the default checkpoints made before staged refits became the
+policy's default (2026-11-28) are kept apart, in ``results/tune_mnist_runs_full_refits.jsonl``
+(seeds 0-4 made at 9b2bb03, seeds 5-9 as recorded in commit aa90cec; mean best 0.0455).
 Runs decide at the MNIST problem's default checkpoints (1, 3, 7, 14, 21: those of the
 freeze-thaw benchmark's MNIST table, ``gpar_bo.problems.mnist.job.TUNING_CHECKPOINTS``);
 ``--checkpoints`` names others, reported apart (``tune_mnist_every_epoch.*`` for every
