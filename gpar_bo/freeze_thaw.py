@@ -73,7 +73,10 @@ end, one checkpoint at a time.
 for which the model cannot be fitted (and no earlier fit can be reloaded) or sampled, or
 for which no sample path improves, follow asynchronous successive halving (promote a
 paused run in the top ``1/eta`` of its checkpoint, else start a random setting), logged
-with the reason. A misspecified or failed model slows the search; it cannot stall it.
+with the reason. A refit (or a stage of one) that fails keeps the last fit until the
+next refit; when the model changes form (a conditional turns sparse on more data) so
+that the last fit cannot be loaded, every conditional is fitted again. A misspecified
+or failed model slows the search; it cannot stall it.
 """
 
 from __future__ import annotations
@@ -94,6 +97,7 @@ from torch.quasirandom import SobolEngine
 
 from gpar_bo.curve_model import LogIncrements, from_increments, resolve_gpar_options
 from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
+from gpar_bo.refit import mismatched_hyperparameters
 
 __all__ = [
     "Decision",
@@ -319,7 +323,8 @@ class Decision:
         index: The paused run's row in ``X`` (resume) or the candidate's row
             (start; -1 when ``candidate`` is a point of the box ``bounds``).
         reason: "gpar" (with a note when a refit failed and the last fit was
-            reused), "warm-up", "model-free" (the guard's share of decisions) or
+            kept, or when every conditional was refitted because the model changed
+            form), "warm-up", "model-free" (the guard's share of decisions) or
             "model-free: why" (a fallback).
         score: The winning stopping index (None unless decided by GPAR).
         candidate: The new setting (``d``), for "start".
@@ -356,7 +361,8 @@ class FreezeThawPolicy:
             conditionals in one decision). The conditionals are fitted separately,
             so this is the refit done in steps (each on the data of its decision):
             a decision then costs at most one conditional's fit instead of all
-            ``M``. A stage whose fit fails is tried again at the next decision.
+            ``M``. A stage whose fit fails keeps its conditional's last fit until
+            the next refit.
         gpar_options: ``GPARModel`` options (default
             :func:`~gpar_bo.curve_model.curve_model_options`). The index is computed
             on log-error increments, so the model always has a ``LogIncrements``
@@ -692,19 +698,29 @@ class FreezeThawPolicy:
         """GPAR on the runs' values ``Y`` (modelled as log-error increments);
         hyperparameters refitted (warm-started) when the data grew enough, else
         reloaded; with ``staged_refits``, a refit in progress fits its next
-        conditional. A failed refit reloads the last fit.
+        conditional. A failed refit (or stage) keeps the last fit until the next
+        refit, so a fit that keeps failing is not paid for at every decision.
+        Every conditional is fitted when there is no last fit, or when it no longer
+        fits the model (a conditional turned sparse on more data).
 
         With ``keep=False`` (predictions that are not decisions) the last fit is
-        reloaded whenever there is one, and a first fit is not kept, so that the
+        reloaded whenever there is one, and a fit is not kept, so that the
         decisions do not depend on whether or when predictions were asked for.
         """
         model = self._new_model(X, Y)
         values = int((~Y.isnan()).sum())
-        if self._fitted is None:
-            self._fit(model)  # a first fit that fails leaves nothing to fall back on
+        changed = self._fitted is not None and mismatched_hyperparameters(model, self._fitted[1])
+        if self._fitted is None or changed:
+            note = ""
+            if changed:  # warm-start what still fits, then fit all of it
+                logger.warning("GPAR's hyperparameters changed form (%s); fitting every "
+                               "conditional.", changed[0])
+                note = f" (hyperparameters changed form at {changed[0]}: all refitted)"
+                model.load_state_dict(self._fitted[1], strict=False)
+            self._fit(model)  # a failure leaves nothing to fall back on: decide's fallback
             if keep:
-                self._fitted = (values, model.hyperparameters())
-            return model.eval(), ""
+                self._fitted, self._stage = (values, model.hyperparameters()), None
+            return model.eval(), note
         model.load_state_dict(self._fitted[1], strict=False)  # reloaded, or a warm start
         if not keep:
             return model.eval(), ""
@@ -717,13 +733,14 @@ class FreezeThawPolicy:
         note = ""
         try:
             self._fit(model, outputs)
+            self._fitted = (self._fitted[0] if outputs else values, model.hyperparameters())
         except Exception as error:
-            logger.warning("GPAR refit failed (%s); reusing the last fit.", error)
-            note = f" (refit failed: {error}; last fit reused)"
+            logger.warning("GPAR refit failed (%s); keeping the last fit.", error)
+            note = f" (refit failed: {error}; last fit kept)"
             model = self._new_model(X, Y)
             model.load_state_dict(self._fitted[1], strict=False)
-            return model.eval(), note  # a failed refit or stage is tried again next decision
-        self._fitted = (values if outputs is None else self._fitted[0], model.hyperparameters())
+            if outputs is None:  # the next refit waits for the data to grow again
+                self._fitted = (values, self._fitted[1])
         if self._stage is not None:
             self._stage = self._stage + 1 if self._stage + 1 < len(self.epochs) else None
         return model.eval(), note

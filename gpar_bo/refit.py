@@ -27,7 +27,7 @@ from torch import Tensor
 
 from gpar_bo.model import _derived_from_data
 
-__all__ = ["RefitSchedule", "hyperparameters"]
+__all__ = ["RefitSchedule", "hyperparameters", "mismatched_hyperparameters"]
 
 
 def hyperparameters(model: Model) -> dict[str, Tensor]:
@@ -35,6 +35,17 @@ def hyperparameters(model: Model) -> dict[str, Tensor]:
     return {
         k: v.detach().clone() for k, v in model.state_dict().items() if not _derived_from_data(k)
     }
+
+
+def mismatched_hyperparameters(model: Model, fitted: dict[str, Tensor]) -> list[str]:
+    """The keys by which ``fitted`` hyperparameters do not fit ``model`` (missing,
+    unexpected or of another shape; e.g. a GPAR conditional that turned sparse on
+    more data), sorted; empty if they can be loaded."""
+    own = hyperparameters(model)
+    return sorted(
+        k for k in own.keys() | fitted.keys()
+        if k not in own or k not in fitted or own[k].shape != fitted[k].shape
+    )
 
 
 class RefitSchedule:
@@ -89,11 +100,7 @@ class RefitSchedule:
         """
         if self.hyperparameters is None:
             raise RuntimeError("No fitted hyperparameters yet: call fit_or_reload first.")
-        own, fitted = hyperparameters(model), self.hyperparameters
-        mismatched = sorted(
-            k for k in own.keys() | fitted.keys()
-            if k not in own or k not in fitted or own[k].shape != fitted[k].shape
-        )
+        mismatched = mismatched_hyperparameters(model, self.hyperparameters)
         if mismatched:
             key = mismatched[0]
             raise ValueError(

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+import gpar_bo.conditionals as conditionals
 import gpar_bo.freeze_thaw as freeze_thaw
 from benchmarks.bo.freeze_thaw import GPARFreezeThaw
 from benchmarks.bo.harness import simulate
@@ -16,6 +17,7 @@ from gpar_bo.freeze_thaw import (
     expected_improvement_lognormal,
     stopping_index,
 )
+from gpar_bo.refit import mismatched_hyperparameters
 
 EPOCHS = [1, 2, 4]
 #: Small and deterministic: no model-free decisions, few paths and candidates.
@@ -176,7 +178,7 @@ def test_refits_are_staged_one_conditional_per_decision_unless_turned_off(
     assert fitted == [[0, 1, 2], [0], [1], [2], [0]]
 
     def broken(model, mll=None, outputs=None, **kwargs):
-        fitted[-1].extend(outputs)
+        fitted[-1].extend(range(model.num_outputs) if outputs is None else outputs)
         raise RuntimeError("no convergence")
 
     monkeypatch.setattr(freeze_thaw.GPARModel, "custom_fit", broken)
@@ -185,7 +187,43 @@ def test_refits_are_staged_one_conditional_per_decision_unless_turned_off(
     monkeypatch.setattr(freeze_thaw.GPARModel, "custom_fit", recorded)
     fitted.append([])
     policy.decide(X, Y, paused, candidates)
-    assert fitted[-2:] == [[1], [1]]  # the failed stage is tried again
+    assert fitted[-2:] == [[1], [2]]  # the failed stage keeps its last fit; the refit goes on
+
+    monkeypatch.setattr(freeze_thaw.GPARModel, "custom_fit", broken)
+    fitted.append([])
+    assert "refit failed" in full.decide(X, Y, paused, candidates).reason
+    monkeypatch.setattr(freeze_thaw.GPARModel, "custom_fit", recorded)
+    fitted.append([])
+    full.decide(X, Y, paused, candidates)
+    assert fitted[-2:] == [[0, 1, 2], []]  # a failed refit waits for the data to grow again
+
+
+def test_policy_refits_every_conditional_when_one_turns_sparse(
+    monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
+    fitted: list[list[int]] = []
+    real = freeze_thaw.GPARModel.custom_fit
+
+    def recorded(model, mll=None, outputs=None, **kwargs):
+        fitted[-1].extend(range(model.num_outputs) if outputs is None else outputs)
+        return real(model, mll, outputs=outputs, **kwargs)
+
+    monkeypatch.setattr(freeze_thaw.GPARModel, "custom_fit", recorded)
+    monkeypatch.setattr(conditionals, "SPARSE_ABOVE", 10)  # 11 first-checkpoint rows: sparse
+    monkeypatch.setattr(conditionals, "DEFAULT_NUM_INDUCING", 4)
+    X, Y = state()
+    paused = ~Y[:, -1].isfinite()
+    candidates = torch.rand(5, 1, dtype=torch.double)
+    policy = FreezeThawPolicy(EPOCHS, refit_growth=10.0, **FAST)  # no refit from growth
+    fitted.append([])
+    policy.decide(X[:10], Y[:10], paused[:10], candidates)
+    fitted.append([])
+    with caplog.at_level("WARNING", logger="gpar_bo.freeze_thaw"):
+        decision = policy.decide(X, Y, paused, candidates)
+    assert fitted == [[0, 1, 2], [0, 1, 2]]
+    assert "changed form" in decision.reason and "changed form" in caplog.text
+    model, note = policy._model(X, Y, keep=False)
+    assert note == "" and mismatched_hyperparameters(model, policy._fitted[1]) == []
 
 
 def test_work_per_decision_does_not_grow_with_the_paused_runs() -> None:
