@@ -38,6 +38,32 @@ def regret_curve(trace: dict, best: float, before: float, grid: Sequence[int]) -
     return np.where(index >= 0, regret[np.maximum(index, 0)] if len(regret) else before, before)
 
 
+def chosen_quality_regret(trace: dict, error: np.ndarray, quality: np.ndarray) -> float:
+    """Regret of a run's final choice measured by ``quality`` instead of the noisy
+    final error that chose it: ``quality`` of the incumbent minus the table's best.
+
+    The incumbent is the completed trial (trained to the last epoch) with the lowest
+    final error; ties (discrete errors) count with their mean quality, as a random
+    tie-break would in expectation.
+
+    Args:
+        trace: A ``Trace.to_json()`` dict (its ``trials``: setting and epochs each).
+        error: ``N x E`` the table's errors per epoch (the last column chooses).
+        quality: ``N`` a less noisy measure of the same settings (e.g. noise-free
+            final errors).
+
+    Returns:
+        The regret, or NaN without a completed trial.
+    """
+    num_epochs = error.shape[-1]
+    done = sorted({t["setting"] for t in trace["trials"] if t["epochs"] == num_epochs})
+    if not done:
+        return math.nan
+    final = error[done, -1]
+    tied = [s for s, e in zip(done, final) if e == final.min()]
+    return float(quality[tied].mean() - quality.min())
+
+
 def mean_se(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Mean and standard error over the first axis (``S x G`` -> two ``G`` arrays).
 

@@ -36,6 +36,8 @@ class TabularProblem:
             report and may be stopped.
         measurement_noise: The errors' known sampling noise, if any (a
             :mod:`gpar_bo.measurement` object, e.g. ``BinomialNoise(n_val)``).
+        true_final_error: ``N`` final errors without that noise, where the table
+            knows them (synthetic tables), else None.
     """
 
     name: str
@@ -44,6 +46,7 @@ class TabularProblem:
     loss: Tensor
     checkpoints: tuple[int, ...]
     measurement_noise: Callable[[Tensor], Tensor] | None = None
+    true_final_error: Tensor | None = None
 
     def __post_init__(self) -> None:
         n, epochs = self.error.shape
@@ -57,6 +60,9 @@ class TabularProblem:
         c = list(self.checkpoints)
         if not c or c[-1] != epochs or any(b <= a for a, b in zip(c, c[1:])) or c[0] < 1:
             raise ValueError(f"checkpoints {c} must increase from >= 1 to the last epoch {epochs}.")
+        if self.true_final_error is not None and self.true_final_error.shape != (n,):
+            raise ValueError(f"true_final_error must have shape ({n},); got "
+                             f"{tuple(self.true_final_error.shape)}.")
 
     @property
     def epochs(self) -> int:

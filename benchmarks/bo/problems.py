@@ -153,7 +153,8 @@ def synthetic_problem(
         noise_std: Noise standard deviation of error and loss.
 
     Returns:
-        A problem with ``X``: ``n x d``, ``error`` and ``loss``: ``n x 21``.
+        A problem with ``X``: ``n x d``, ``error`` and ``loss``: ``n x 21``, and
+        the noise-free final errors ``true_final_error``.
     """
     if n < 1 or d < 2:
         raise ValueError(f"need n >= 1 and d >= 2, got n={n}, d={d}.")
@@ -164,4 +165,5 @@ def synthetic_problem(
     noise = torch.randn(2, n, EPOCHS, generator=generator, dtype=torch.double) * noise_std
     error = (clean + noise[0]).clamp(0.0, 1.0)
     loss = -torch.log1p(-0.9 * clean) + noise[1]
-    return TabularProblem("synthetic", X, error, loss, tuple(checkpoints), GaussianNoise(noise_std))
+    return TabularProblem("synthetic", X, error, loss, tuple(checkpoints), GaussianNoise(noise_std),
+                          true_final_error=clean[:, -1])

@@ -138,6 +138,12 @@ def test_synthetic_problem() -> None:
     assert 0 <= a.error.min() and a.error.max() <= 1 and ((a.X >= 0) & (a.X <= 1)).all()
     # curves cross: the epoch-1 ranking is a poor guide to the final ranking
     assert spearmanr(a.error[:, 0], a.error[:, -1]).statistic < 0.5
+    # the noise-free final errors are the observed ones without the generator's noise
+    residual = a.final_error - a.true_final_error
+    assert not torch.equal(a.true_final_error, a.final_error)
+    assert residual.std() == pytest.approx(0.005, rel=0.2) and residual.mean().abs() < 0.002
+    with pytest.raises(ValueError, match="true_final_error"):
+        TabularProblem("bad", a.X, a.error, a.loss, a.checkpoints, true_final_error=a.final_error[:3])
     with pytest.raises(ValueError):
         synthetic_problem(n=0)
     with pytest.raises(ValueError):
@@ -164,6 +170,19 @@ def test_regret_step_function_and_budgets() -> None:
     empty = {**TRACE, "epochs": [], "incumbent_error": [], "incumbent_loss": []}
     np.testing.assert_allclose(analysis.regret_curve(empty, 0.05, 0.5, [1, 99]), [0.5, 0.5])
     assert math.isnan(analysis.final_loss(empty)) and analysis.final_loss(TRACE) == 0.5
+
+
+def test_a_final_choice_is_judged_by_its_quality_ties_by_their_mean() -> None:
+    error = np.array([[0.5, 0.3], [0.4, 0.2], [0.4, 0.2], [0.1, 0.1], [0.3, 0.25]])
+    quality = np.array([0.3, 0.22, 0.26, 0.12, 0.05])  # setting 4 is truly best
+    trace = {"trials": [
+        {"setting": 0, "epochs": 2}, {"setting": 1, "epochs": 2}, {"setting": 2, "epochs": 2},
+        {"setting": 3, "epochs": 1},  # lowest error, never completed: not a choice
+    ]}
+    # settings 1 and 2 tie on the final error that chooses: their mean quality counts
+    assert analysis.chosen_quality_regret(trace, error, quality) == pytest.approx(0.24 - 0.05)
+    assert analysis.chosen_quality_regret(trace, error, error[:, -1]) == pytest.approx(0.1)
+    assert math.isnan(analysis.chosen_quality_regret({"trials": trace["trials"][3:]}, error, quality))
 
 
 def test_epochs_to_threshold_and_overhead() -> None:

@@ -26,6 +26,10 @@ def test_quick_study_writes_report_resumes_and_matches_traces(tmp_path):
                   for x in lines if x["method"] == method]
         row = next(r for r in rows if r["method"] == method)
         assert row["regret@100%"] == pytest.approx(sum(finals) / len(finals))
+    judged = json.loads((tmp_path / "freeze_thaw.json").read_text())["chosen_quality"]
+    assert {(q["method"], q["measure"], q["seeds"]) for q in judged} == {
+        ("asha", "noise-free final error", 2), ("random", "noise-free final error", 2)}
+    assert all(q["chosen_regret"] >= 0 for q in judged)
 
 
 def test_unknown_table_is_a_one_line_error(tmp_path, capsys):
