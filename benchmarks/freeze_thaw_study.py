@@ -14,7 +14,7 @@ Methods: ``gpar_freeze_thaw`` (the package's ``FreezeThawPolicy`` with its defau
 through ``benchmarks.bo.freeze_thaw.GPARFreezeThaw``), ``gpar_freeze_thaw_full_refits``
 (the default before staged refits, 2026-11-28: every refit in one decision),
 ``gpar_freeze_thaw_measured`` (that earlier default told the table's measurement noise,
-a candidate), the harness's baselines (ASHA, one-epoch screening, random search, Optuna's
+a candidate), ``gpar_freeze_thaw_measured_staged`` (the default told it, a candidate), the harness's baselines (ASHA, one-epoch screening, random search, Optuna's
 TPE with its Hyperband pruner) and Syne Tune 0.13.0's BOHB, Hyper-Tune, MOBSTER and DyHPO
 through ``benchmarks.syne_tune.methods.run_syne_tune`` (its own virtualenv, see
 ``benchmarks/syne_tune/setup_venv.sh``). The budget is 50 full runs' worth of epochs
@@ -56,7 +56,9 @@ from benchmarks.bo.analysis import (
     chosen_quality_regret, epochs_to_threshold, mean_se, regret_bands, regret_at, wilcoxon_less,
 )
 from benchmarks.bo.baselines import BASELINES, optuna_available
-from benchmarks.bo.freeze_thaw import GPARFreezeThaw, GPARFreezeThawFullRefits, GPARFreezeThawMeasured
+from benchmarks.bo.freeze_thaw import (
+    GPARFreezeThaw, GPARFreezeThawFullRefits, GPARFreezeThawMeasured, GPARFreezeThawMeasuredStaged,
+)
 from benchmarks.bo.harness import TabularProblem, simulate
 from benchmarks.bo.problems import funnel_table, mnist_table, synthetic_problem
 from benchmarks.report import RESULTS, command_line, exclusive, markdown_table, write_results
@@ -64,11 +66,13 @@ from benchmarks.report import RESULTS, command_line, exclusive, markdown_table, 
 REFERENCE = "gpar_freeze_thaw"
 HARNESS_METHODS: dict[str, Callable] = {
     REFERENCE: GPARFreezeThaw, GPARFreezeThawMeasured.name: GPARFreezeThawMeasured,
+    GPARFreezeThawMeasuredStaged.name: GPARFreezeThawMeasuredStaged,
     GPARFreezeThawFullRefits.name: GPARFreezeThawFullRefits, **BASELINES
 }
 #: Variants of the policy (candidates, and the earlier default): run only when named in
 #: ``--methods``.
-CANDIDATES = (GPARFreezeThawMeasured.name, GPARFreezeThawFullRefits.name)
+CANDIDATES = (GPARFreezeThawMeasured.name, GPARFreezeThawMeasuredStaged.name,
+              GPARFreezeThawFullRefits.name)
 #: Syne Tune's schedulers by the names used here (its class names as values).
 SYNE_TUNE_METHODS = {
     "syne_bohb": "BOHB",

@@ -81,6 +81,17 @@ class GPARFreezeThawMeasured(GPARFreezeThaw):
         super().reset(problem, seed)
 
 
+class GPARFreezeThawMeasuredStaged(GPARFreezeThawMeasured):
+    """The shipped default (staged refits) told the table's measurement noise (a
+    candidate: does a model that knows the noise choose truly better settings, rather
+    than settings whose last epoch was lucky?)."""
+
+    name = "gpar_freeze_thaw_measured_staged"
+
+    def __init__(self, **policy_options) -> None:
+        super().__init__(**{"staged_refits": True, **policy_options})
+
+
 class GPARFreezeThawFullRefits(GPARFreezeThaw):
     """The policy as it was before staged refits became its default: each refit
     fits all conditionals in one decision (``staged_refits=False``). Kept so that

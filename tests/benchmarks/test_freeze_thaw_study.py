@@ -51,7 +51,7 @@ def test_a_second_process_on_the_same_runs_file_is_refused(tmp_path):
 def test_the_measured_policy_is_the_earlier_default_told_the_table_noise() -> None:
     import dataclasses
 
-    from benchmarks.bo.freeze_thaw import GPARFreezeThawMeasured
+    from benchmarks.bo.freeze_thaw import GPARFreezeThawMeasured, GPARFreezeThawMeasuredStaged
     from benchmarks.bo.problems import synthetic_problem
 
     problem = synthetic_problem(n=20, seed=1)
@@ -60,6 +60,9 @@ def test_the_measured_policy_is_the_earlier_default_told_the_table_noise() -> No
     given = method.policy.gpar_options["measurement_noise"]  # the policy keeps a copy
     assert type(given) is type(problem.measurement_noise) and given.settings() == problem.measurement_noise.settings()
     assert not method.policy.staged_refits  # as its recorded runs were made
+    staged = GPARFreezeThawMeasuredStaged()  # the shipped default, told the noise
+    staged.reset(problem, seed=0)
+    assert staged.policy.staged_refits and "measurement_noise" in staged.policy.gpar_options
     with pytest.raises(ValueError, match="records no measurement noise"):
         GPARFreezeThawMeasured().reset(dataclasses.replace(problem, measurement_noise=None), seed=0)
 
