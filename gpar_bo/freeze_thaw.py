@@ -74,8 +74,8 @@ for which the model cannot be fitted (and no earlier fit can be reloaded) or sam
 for which no sample path improves, follow asynchronous successive halving (promote a
 paused run in the top ``1/eta`` of its checkpoint, else start a random setting), logged
 with the reason. A refit (or a stage of one) that fails keeps the last fit until the
-next refit; when the model changes form (a conditional turns sparse on more data) so
-that the last fit cannot be loaded, every conditional is fitted again. A misspecified
+next refit; when a conditional changes form (it turns sparse on more data) so that its
+last fit cannot be loaded, it is fitted at once. A misspecified
 or failed model slows the search; it cannot stall it.
 """
 
@@ -323,8 +323,7 @@ class Decision:
         index: The paused run's row in ``X`` (resume) or the candidate's row
             (start; -1 when ``candidate`` is a point of the box ``bounds``).
         reason: "gpar" (with a note when a refit failed and the last fit was
-            kept, or when every conditional was refitted because the model changed
-            form), "warm-up", "model-free" (the guard's share of decisions) or
+            kept, or when conditionals that changed form were refitted), "warm-up", "model-free" (the guard's share of decisions) or
             "model-free: why" (a fallback).
         score: The winning stopping index (None unless decided by GPAR).
         candidate: The new setting (``d``), for "start".
@@ -700,8 +699,9 @@ class FreezeThawPolicy:
         reloaded; with ``staged_refits``, a refit in progress fits its next
         conditional. A failed refit (or stage) keeps the last fit until the next
         refit, so a fit that keeps failing is not paid for at every decision.
-        Every conditional is fitted when there is no last fit, or when it no longer
-        fits the model (a conditional turned sparse on more data).
+        Every conditional is fitted when there is no last fit; a conditional whose
+        last fit no longer fits the model (it turned sparse on more data) is fitted
+        at once, warm-started from what still fits.
 
         With ``keep=False`` (predictions that are not decisions) the last fit is
         reloaded whenever there is one, and a fit is not kept, so that the
@@ -709,18 +709,14 @@ class FreezeThawPolicy:
         """
         model = self._new_model(X, Y)
         values = int((~Y.isnan()).sum())
-        changed = self._fitted is not None and mismatched_hyperparameters(model, self._fitted[1])
-        if self._fitted is None or changed:
-            note = ""
-            if changed:  # warm-start what still fits, then fit all of it
-                logger.warning("GPAR's hyperparameters changed form (%s); fitting every "
-                               "conditional.", changed[0])
-                note = f" (hyperparameters changed form at {changed[0]}: all refitted)"
-                model.load_state_dict(self._fitted[1], strict=False)
+        if self._fitted is None:
             self._fit(model)  # a failure leaves nothing to fall back on: decide's fallback
             if keep:
-                self._fitted, self._stage = (values, model.hyperparameters()), None
-            return model.eval(), note
+                self._fitted = (values, model.hyperparameters())
+            return model.eval(), ""
+        changed = mismatched_hyperparameters(model, self._fitted[1])
+        if changed:
+            return self._refit_changed(model, changed, keep)
         model.load_state_dict(self._fitted[1], strict=False)  # reloaded, or a warm start
         if not keep:
             return model.eval(), ""
@@ -743,6 +739,34 @@ class FreezeThawPolicy:
                 self._fitted = (values, self._fitted[1])
         if self._stage is not None:
             self._stage = self._stage + 1 if self._stage + 1 < len(self.epochs) else None
+        return model.eval(), note
+
+    def _refit_changed(
+        self, model: GPARModel, changed: list[str], keep: bool
+    ) -> tuple[GPARModel, str]:
+        """Fit the conditionals whose last fit no longer fits ``model`` (keys
+        ``changed``), the others reloaded; a failed fit keeps their initial values
+        until the next refit. The refit schedule is not otherwise changed."""
+        own = model.hyperparameters()
+        model.load_state_dict(
+            {k: v for k, v in self._fitted[1].items() if k in own and own[k].shape == v.shape},
+            strict=False,
+        )
+        # Keys are "conditionals.<output>.…"; fit every output if one is not.
+        prefixes = [k.split(".")[:2] for k in changed]
+        outputs = (sorted({int(p[1]) for p in prefixes})
+                   if all(p[0] == "conditionals" and p[1:] and p[1].isdigit() for p in prefixes)
+                   else None)
+        logger.warning("GPAR's hyperparameters changed form (%s); refitting outputs %s.",
+                       changed[0], "all" if outputs is None else outputs)
+        note = f" (hyperparameters changed form at {changed[0]}: refitted)"
+        try:
+            self._fit(model, outputs)
+        except Exception as error:
+            logger.warning("GPAR refit failed (%s); keeping the initial values.", error)
+            note = f" (hyperparameters changed form at {changed[0]}; refit failed: {error})"
+        if keep:
+            self._fitted = (self._fitted[0], model.hyperparameters())
         return model.eval(), note
 
     def _fit(self, model: GPARModel, outputs: list[int] | None = None) -> None:

@@ -38,10 +38,17 @@ def hyperparameters(model: Model) -> dict[str, Tensor]:
 
 
 def mismatched_hyperparameters(model: Model, fitted: dict[str, Tensor]) -> list[str]:
-    """The keys by which ``fitted`` hyperparameters do not fit ``model`` (missing,
-    unexpected or of another shape; e.g. a GPAR conditional that turned sparse on
-    more data), sorted; empty if they can be loaded."""
-    own = hyperparameters(model)
+    """The keys by which ``fitted`` hyperparameters do not fit ``model``.
+
+    Args:
+        model: A model whose ``state_dict`` is compared (without its data-derived entries).
+        fitted: Hyperparameters, e.g. ``hyperparameters(other_model)``.
+
+    Returns:
+        The keys missing from either or of another shape (e.g. a GPAR conditional
+        that turned sparse on more data), sorted; empty if ``fitted`` can be loaded.
+    """
+    own = {k: v for k, v in model.state_dict().items() if not _derived_from_data(k)}
     return sorted(
         k for k in own.keys() | fitted.keys()
         if k not in own or k not in fitted or own[k].shape != fitted[k].shape

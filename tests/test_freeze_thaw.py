@@ -198,7 +198,7 @@ def test_refits_are_staged_one_conditional_per_decision_unless_turned_off(
     assert fitted[-2:] == [[0, 1, 2], []]  # a failed refit waits for the data to grow again
 
 
-def test_policy_refits_every_conditional_when_one_turns_sparse(
+def test_policy_refits_a_conditional_that_turns_sparse_at_once(
     monkeypatch: pytest.MonkeyPatch, caplog
 ) -> None:
     fitted: list[list[int]] = []
@@ -208,22 +208,41 @@ def test_policy_refits_every_conditional_when_one_turns_sparse(
         fitted[-1].extend(range(model.num_outputs) if outputs is None else outputs)
         return real(model, mll, outputs=outputs, **kwargs)
 
+    def broken(model, mll=None, outputs=None, **kwargs):
+        fitted[-1].extend(range(model.num_outputs) if outputs is None else outputs)
+        raise RuntimeError("no convergence")
+
     monkeypatch.setattr(freeze_thaw.GPARModel, "custom_fit", recorded)
-    monkeypatch.setattr(conditionals, "SPARSE_ABOVE", 10)  # 11 first-checkpoint rows: sparse
+    monkeypatch.setattr(conditionals, "SPARSE_ABOVE", 10)  # 11+ first-checkpoint rows: sparse
     monkeypatch.setattr(conditionals, "DEFAULT_NUM_INDUCING", 4)
-    X, Y = state()
+    X, Y = state()  # 12 runs at the first checkpoint, 8 at the others
     paused = ~Y[:, -1].isfinite()
     candidates = torch.rand(5, 1, dtype=torch.double)
-    policy = FreezeThawPolicy(EPOCHS, refit_growth=10.0, **FAST)  # no refit from growth
+    policies = [FreezeThawPolicy(EPOCHS, refit_growth=10.0, **FAST) for _ in range(2)]  # no growth refits
+    for policy in policies:
+        fitted.append([])
+        policy.decide(X[:10], Y[:10], paused[:10], candidates)
+    last = policies[0]._fitted[1]
     fitted.append([])
-    policy.decide(X[:10], Y[:10], paused[:10], candidates)
+    policies[0].final_error_samples(X, Y, torch.tensor([8]))  # a prediction keeps nothing
+    assert policies[0]._fitted[1] is last
     fitted.append([])
     with caplog.at_level("WARNING", logger="gpar_bo.freeze_thaw"):
-        decision = policy.decide(X, Y, paused, candidates)
-    assert fitted == [[0, 1, 2], [0, 1, 2]]
+        decision = policies[0].decide(X, Y, paused, candidates)
+    # Only the conditional that turned sparse is fitted, the others reloaded.
+    assert fitted == [[0, 1, 2], [0, 1, 2], [0], [0]]
     assert "changed form" in decision.reason and "changed form" in caplog.text
-    model, note = policy._model(X, Y, keep=False)
-    assert note == "" and mismatched_hyperparameters(model, policy._fitted[1]) == []
+    assert all(torch.equal(policies[0]._fitted[1][k], v) for k, v in last.items()
+               if not k.startswith("conditionals.0."))
+    model, note = policies[0]._model(X, Y, keep=False)
+    assert note == "" and mismatched_hyperparameters(model, policies[0]._fitted[1]) == []
+
+    monkeypatch.setattr(freeze_thaw.GPARModel, "custom_fit", broken)
+    fitted.append([])
+    assert "refit failed" in policies[1].decide(X, Y, paused, candidates).reason
+    fitted.append([])
+    assert policies[1].decide(X, Y, paused, candidates).reason == "gpar"  # not retried
+    assert fitted[-2:] == [[0], []]
 
 
 def test_work_per_decision_does_not_grow_with_the_paused_runs() -> None:

@@ -16,7 +16,9 @@ from benchmarks.bo.harness import History, Method, Status, TabularProblem, Trial
 from gpar_bo.curve_model import curve_model_options
 from gpar_bo.freeze_thaw import FreezeThawPolicy
 
-__all__ = ["GPARFreezeThaw", "GPARFreezeThawFullRefits", "GPARFreezeThawMeasured"]
+__all__ = [
+    "GPARFreezeThaw", "GPARFreezeThawFullRefits", "GPARFreezeThawMeasured", "GPARFreezeThawMeasuredStaged",
+]
 
 
 class GPARFreezeThaw(Method):

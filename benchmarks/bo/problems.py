@@ -166,4 +166,4 @@ def synthetic_problem(
     error = (clean + noise[0]).clamp(0.0, 1.0)
     loss = -torch.log1p(-0.9 * clean) + noise[1]
     return TabularProblem("synthetic", X, error, loss, tuple(checkpoints), GaussianNoise(noise_std),
-                          true_final_error=clean[:, -1])
+                          true_final_error=clean[:, -1].clone())

@@ -2,9 +2,11 @@
 
 import json
 
+import numpy as np
 import pytest
 
 from benchmarks import freeze_thaw_study as study
+from benchmarks.bo.analysis import chosen_quality_regret
 
 
 def test_quick_study_writes_report_resumes_and_matches_traces(tmp_path):
@@ -29,7 +31,27 @@ def test_quick_study_writes_report_resumes_and_matches_traces(tmp_path):
     judged = json.loads((tmp_path / "freeze_thaw.json").read_text())["chosen_quality"]
     assert {(q["method"], q["measure"], q["seeds"]) for q in judged} == {
         ("asha", "noise-free final error", 2), ("random", "noise-free final error", 2)}
-    assert all(q["chosen_regret"] >= 0 for q in judged)
+    truth = problem.true_final_error.numpy()
+    for q in judged:  # each seed's choice by the noisy final error, judged by the truth
+        mine = [chosen_quality_regret(x["trace"], problem.error.numpy(), truth)
+                for x in lines if x["method"] == q["method"]]
+        assert q["chosen_regret"] == pytest.approx(sum(mine) / len(mine))
+
+
+def test_chosen_quality_is_the_truth_where_known_else_the_last_epochs_mean() -> None:
+    import dataclasses
+
+    problem = study.make_problem("quick")
+    quality, measure = study.chosen_quality(problem)
+    assert measure == "noise-free final error" and (quality == problem.true_final_error.numpy()).all()
+    quality, measure = study.chosen_quality(dataclasses.replace(problem, true_final_error=None))
+    assert measure == f"mean error over the last {study.SMOOTHED_EPOCHS} epochs"
+    assert quality == pytest.approx(problem.error[:, -study.SMOOTHED_EPOCHS:].mean(-1).numpy())
+    # a seed without a completed run counts as the median setting's regret
+    rows = study.quality_rows("quick", problem, {"random": [
+        {"seed": 0, "trace": {"trials": [{"setting": 0, "epochs": 1}]}}]})
+    truth = problem.true_final_error.numpy()
+    assert rows[0]["chosen_regret"] == pytest.approx(float(np.median(truth) - truth.min()))
 
 
 def test_unknown_table_is_a_one_line_error(tmp_path, capsys):
