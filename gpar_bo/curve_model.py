@@ -16,8 +16,10 @@ generation strategy (:func:`gpar_bo.ax.gpar_generation_strategy`) and early stop
   did" instead of "the curve ends where the finished runs ended": while few runs have
   finished, a run's predicted final value starts from its own last value.
 
-The transform needs positive values (errors, losses); for a metric that can be zero or
-negative, give GPAR options without it, e.g. ``curve_model_options(outcome_transform=None)``.
+The transform needs non-negative values (errors, losses); an exact zero, which an error
+measured on a finite validation set can be, is read as half the smallest positive value
+observed (:func:`floor_zeros`). For a metric that can be negative, give GPAR options
+without it, e.g. ``curve_model_options(outcome_transform=None)``.
 """
 
 from __future__ import annotations
@@ -31,8 +33,35 @@ from torch import Tensor
 
 from gpar_bo.transformed import TriangularOutcomeTransform
 
-__all__ = ["LogIncrements", "curve_model_options", "from_increments", "resolve_gpar_options",
-           "to_increments"]
+__all__ = ["LogIncrements", "curve_model_options", "floor_zeros", "from_increments",
+           "resolve_gpar_options", "to_increments"]
+
+
+def floor_zeros(values: Tensor) -> Tensor:
+    """``values`` (NaN where unobserved, none negative) with exact zeros replaced by half
+    the smallest positive value among them.
+
+    An error measured on a finite validation set moves in steps no larger than the
+    smallest positive error seen, so a zero says "below that step", not "log is minus
+    infinity"; half the step keeps it below every positive value and finite in log
+    units. Without zeros the values are returned unchanged.
+
+    Raises:
+        ValueError: A value is negative, or every observed value is zero.
+    """
+    observed = values[~values.isnan()]
+    if bool((observed < 0).any()):
+        raise ValueError(
+            f"Expected non-negative values (errors, losses); got {float(observed.min()):.4g}. "
+            "For a metric that can be negative, use GPAR options without LogIncrements, e.g. "
+            "gpar_options=curve_model_options(outcome_transform=None)."
+        )
+    if not bool((observed == 0).any()):
+        return values
+    positive = observed[observed > 0]
+    if positive.numel() == 0:
+        raise ValueError("Every observed value is 0: there is no positive value to scale a log by.")
+    return torch.where(values == 0, positive.min() / 2, values)
 
 
 def to_increments(values: Tensor) -> Tensor:
@@ -47,7 +76,8 @@ def from_increments(increments: Tensor) -> Tensor:
 
 
 class LogIncrements(TriangularOutcomeTransform):
-    r"""Positive outputs to log increments: ``z_1 = log y_1``, ``z_m = log y_m - log y_{m-1}``.
+    r"""Non-negative outputs to log increments: ``z_1 = log y_1``, ``z_m = log y_m - log y_{m-1}``
+    (exact zeros read as half the smallest positive value, :func:`floor_zeros`).
 
     ``forward`` maps ``batch x n x M`` outputs (NaN after each row's observed prefix)
     to increments; ``untransform`` maps increments back by cumulative sums and ``exp``.
@@ -69,8 +99,8 @@ class LogIncrements(TriangularOutcomeTransform):
         each checkpoint, so an increment's variance is the sum of its two ends'.
 
         Raises:
-            ValueError: An observed value is not positive, or a row's values are not a
-                prefix of the outputs.
+            ValueError: An observed value is negative (or every one is 0), or a row's
+                values are not a prefix of the outputs.
         """
         observed = ~Y.isnan()
         if (observed[..., 1:] & ~observed[..., :-1]).any():
@@ -78,12 +108,7 @@ class LogIncrements(TriangularOutcomeTransform):
                 "LogIncrements needs each row's values to be a prefix of the outputs (NaN "
                 "only after it): an increment needs the previous checkpoint."
             )
-        if not (Y[observed] > 0).all():
-            raise ValueError(
-                f"LogIncrements models positive values (errors, losses); got "
-                f"{float(Y[observed].min()):.4g}. For a metric that can be <= 0, use GPAR "
-                "options without it, e.g. gpar_options=curve_model_options(outcome_transform=None)."
-            )
+        Y = floor_zeros(Y)
         if Yvar is None:
             return to_increments(Y.log()), None
         log_var = Yvar / Y.square()
@@ -105,7 +130,7 @@ def curve_model_options(**overrides: Any) -> dict[str, Any]:
     A new dict, with a new ``LogIncrements`` each call (a transform is a module of the
     model it is given to). Keyword arguments override or add options, e.g.
     ``curve_model_options(noise_prior="gamma")`` or ``outcome_transform=None`` (for a
-    metric that can be <= 0).
+    metric that can be negative).
     """
     return {"kernel": "NL-X", "denoise": True, "outcome_transform": LogIncrements(), **overrides}
 

@@ -95,7 +95,7 @@ from botorch.utils.transforms import t_batch_mode_transform
 from torch import Tensor
 from torch.quasirandom import SobolEngine
 
-from gpar_bo.curve_model import LogIncrements, from_increments, resolve_gpar_options
+from gpar_bo.curve_model import LogIncrements, floor_zeros, from_increments, resolve_gpar_options
 from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
 from gpar_bo.refit import mismatched_hyperparameters
 
@@ -453,7 +453,8 @@ class FreezeThawPolicy:
             X: ``n x d`` settings of every run started so far (running, paused,
                 finished).
             Y: ``n x M`` their values at the checkpoints (lower is better, e.g.
-                validation errors; positive), NaN after each run's observed prefix
+                validation errors; non-negative, an exact 0 read as half the smallest
+                positive value, as the model reads it), NaN after each run's observed prefix
                 (a row of NaN for a run that has not reported yet).
             paused: ``n`` bool, the runs that may be resumed.
             candidates: ``c x d`` new settings to choose from (e.g. a table's
@@ -487,7 +488,7 @@ class FreezeThawPolicy:
         reported = observed > 0
         model, note = self._model(X[reported], Y[reported])
         M = len(self.epochs)
-        incumbent = float(Y[observed == M, -1].min())
+        incumbent = float(floor_zeros(Y)[observed == M, -1].min())
         acqf = FreezeThawIndex(
             model, self.epochs.to(X), incumbent, self.num_samples, seed=self.seed + self.decisions
         )
@@ -563,7 +564,7 @@ class FreezeThawPolicy:
             return None
         reported = observed > 0
         model, _ = self._model(X[reported], Y[reported], keep=False)
-        index = FreezeThawIndex(model, self.epochs.to(X), float(Y[finished, -1].min()),
+        index = FreezeThawIndex(model, self.epochs.to(X), float(floor_zeros(Y)[finished, -1].min()),
                                 self.num_samples, seed=self.seed)
         with torch.no_grad():
             paths = index.final_paths(X[rows], observed[rows])
@@ -604,8 +605,8 @@ class FreezeThawPolicy:
         observed = ~Y.isnan()
         if (observed[:, 1:] & ~observed[:, :-1]).any():
             raise ValueError("Each run's values must be a prefix of its checkpoints (NaN after it).")
-        if not (torch.isfinite(X).all() and (Y[observed] > 0).all() and torch.isfinite(Y[observed]).all()):
-            raise ValueError("Settings must be finite and observed values finite and positive.")
+        if not (torch.isfinite(X).all() and (Y[observed] >= 0).all() and torch.isfinite(Y[observed]).all()):
+            raise ValueError("Settings must be finite and observed values finite and non-negative.")
         return observed
 
     @staticmethod

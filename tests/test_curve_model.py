@@ -13,6 +13,7 @@ from gpar_bo import GPARMarginalLogLikelihood, GPARModel
 from gpar_bo.curve_model import (
     LogIncrements,
     curve_model_options,
+    floor_zeros,
     resolve_gpar_options,
     to_increments,
 )
@@ -66,10 +67,21 @@ def test_round_trip_on_curves_and_same_values_as_the_policy_had() -> None:
     torch.testing.assert_close(to_increments(Y.log()).cumsum(-1), Y.log(), equal_nan=True)
 
 
+def test_a_zero_is_half_the_smallest_positive_value() -> None:
+    Y = torch.tensor([[0.5, 0.2, 0.0], [0.4, 0.1, math.nan]], dtype=torch.double)
+    floored = floor_zeros(Y)
+    assert floored[0, 2] == 0.05 and torch.equal(floored[:, :2], Y[:, :2])
+    assert floored[1, 2].isnan()
+    assert floor_zeros(floored) is floored  # nothing to floor: returned as it is
+    Z, _ = LogIncrements()(Y)
+    assert torch.equal(Z.nan_to_num(), LogIncrements()(floored)[0].nan_to_num())
+    assert Z[0, 2] == math.log(0.05 / 0.2)
+
+
 def test_bad_values_are_one_line_errors() -> None:
     for Y, match in [
-        (torch.tensor([[0.5, -0.1, 0.2]]), "positive values"),
-        (torch.tensor([[0.5, 0.0, 0.2]]), "positive values"),
+        (torch.tensor([[0.5, -0.1, 0.2]]), "non-negative values"),
+        (torch.tensor([[0.0, 0.0, math.nan]]), "Every observed value is 0"),
         (torch.tensor([[0.5, math.nan, 0.2]]), "prefix"),
     ]:
         with pytest.raises(ValueError, match=match) as error:

@@ -9,7 +9,9 @@ the trial is stopped when the probability that this value beats the incumbent
 GPAR is the package's learning-curve variant by default (D-GPAR-NL-X on log increments
 of the metric, :mod:`gpar_bo.curve_model`), as in the freeze-thaw policy; its samples are
 untransformed, so the comparison with the incumbent is in the metric's units. The
-metric must then be positive (an error, a loss); for one that can be <= 0, pass
+metric must then be non-negative (an error, a loss; an exact 0 is read as half the
+smallest positive value, :func:`gpar_bo.curve_model.floor_zeros`); for one that can be
+negative, pass
 ``gpar_options=curve_model_options(outcome_transform=None)`` (or other options).
 
 The GPAR model is fitted on the finished curves (completed and early-stopped

@@ -45,7 +45,7 @@ curves; its random stream is reseeded from the seed and the epochs trained).
 **Limits.** A run that ended by its budget leaves its paused trials RUNNING in the
 snapshot: code that reads the experiment expecting only finished trials sees them as
 running (the report marks them ``paused``); their checkpoints are kept until the
-output directory is removed. The metric must be positive and minimised (e.g. an error;
+output directory is removed. The metric must be non-negative and minimised (e.g. an error;
 the policy models its log). Parameter constraints are not supported.
 """
 
@@ -129,7 +129,7 @@ class FreezeThawLoop:
     """The freeze-thaw loop over an Ax experiment (see the module docstring).
 
     Args:
-        experiment: The experiment (objective: one positive metric, minimised).
+        experiment: The experiment (objective: one non-negative metric, minimised).
         runner: A runner with the pause/resume protocol (``awaiting``, ``verdict``,
             ``resume``, ``paused`` besides Ax's ``Runner`` methods).
         problem: The problem (metric, epochs per run).
@@ -185,11 +185,11 @@ class FreezeThawLoop:
                          for i in trials]) if trials else torch.zeros(0, self.encoding.dim,
                                                                       dtype=torch.double)
         observed = ~Y.isnan()
-        if bool((Y[observed] <= 0).any()):
-            row = int((observed & (Y.nan_to_num(1.0) <= 0)).any(-1).nonzero()[0])
+        if bool((Y[observed] < 0).any()):
+            row = int((observed & (Y.nan_to_num(0.0) < 0)).any(-1).nonzero()[0])
             raise TuneError(
-                f"Trial {trials[row]} reported {self.problem.metric} <= 0; freeze-thaw models "
-                "the log of a positive metric to minimise (e.g. an error). Use "
+                f"Trial {trials[row]} reported {self.problem.metric} < 0; freeze-thaw models "
+                "the log of a non-negative metric to minimise (e.g. an error). Use "
                 "--scheduler early-stopping for other metrics.")
         return trials, X, Y
 

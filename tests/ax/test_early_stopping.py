@@ -92,7 +92,7 @@ def test_a_metric_below_zero_is_a_clear_error_with_the_default() -> None:
             GPAREarlyStoppingStrategy(EPOCHS, min_progression=4, fit_kwargs=FIT,
                                       gpar_options=gpar_options))
         if gpar_options is None:
-            with pytest.raises(ValueError, match=r"positive values.*outcome_transform=None"):
+            with pytest.raises(ValueError, match=r"non-negative values.*outcome_transform=None"):
                 client.should_stop_trial_early(running)
         else:
             assert isinstance(client.should_stop_trial_early(running), bool)

@@ -265,7 +265,7 @@ def test_a_metric_below_zero_is_a_clear_error_with_the_default() -> None:
                     client.attach_data(index, {"error": value - 0.2}, progression=epoch)
                 client.complete_trial(index)
         if gpar_options is None:
-            with pytest.raises(ValueError, match=r"positive values.*outcome_transform=None"):
+            with pytest.raises(ValueError, match=r"non-negative values.*outcome_transform=None"):
                 client.get_next_trials(max_trials=1)
         else:
             assert len(client.get_next_trials(max_trials=1)) == 1

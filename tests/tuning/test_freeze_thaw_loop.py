@@ -226,6 +226,23 @@ def test_a_failed_fit_falls_back_to_successive_halving(
     assert runner.epochs_trained == report["epochs_trained"] == 20
 
 
+def test_runs_that_report_an_error_of_zero_are_decided_on_by_gpar(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    toy_curve = FakeRunner._curve
+
+    def reaching_zero(self, trial) -> list[float]:  # a perfect validation score from epoch 2
+        return [v if epoch == 0 else 0.0 for epoch, v in enumerate(toy_curve(self, trial))]
+
+    monkeypatch.setattr(FakeRunner, "_curve", reaching_zero)
+    with caplog.at_level(logging.INFO, logger="gpar_bo.tuning.freeze_thaw"):
+        report, runner = _run(tmp_path, 22)
+    reasons = [r.getMessage() for r in caplog.records if "freeze-thaw: " in r.getMessage()]
+    assert any(r.endswith("(gpar)") for r in reasons)
+    assert not any("GPAR failed" in r for r in reasons)
+    assert report["best"] is not None and runner.epochs_trained == report["epochs_trained"] == 22
+
+
 def test_a_job_that_cannot_pause_is_one_clear_error_before_anything_starts(
     tmp_path: Path,
 ) -> None:
