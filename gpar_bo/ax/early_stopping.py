@@ -68,7 +68,7 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
         num_samples: Monte Carlo samples of the final value.
         gpar_options: Keyword arguments for ``GPARModel``; None (default) is
             :func:`gpar_bo.curve_model.curve_model_options` (log increments of a
-            positive metric: a value <= 0 is an error when GPAR is fitted). Given
+            non-negative metric: a value < 0 is an error when GPAR is fitted). Given
             options replace the default, they are not merged with it (``{}`` is
             ``GPARModel``'s own default: GPAR-L-NL on the raw metric).
         fit_kwargs: Keyword arguments for each conditional's ``fit_gpytorch_mll``.

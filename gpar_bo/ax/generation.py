@@ -21,7 +21,8 @@ GPAR is the package's learning-curve variant by default (D-GPAR-NL-X on log incr
 of the metric, :mod:`gpar_bo.curve_model`), the one the freeze-thaw policy and early
 stopping use. Its posterior is untransformed sample by sample, so the value at the final
 checkpoint (a function of every increment) is in the metric's units before Ax scalarises
-it. The log needs the metric's own, positive values: Ax's ``StandardizeY`` is then left
+it. The log needs the metric's own, non-negative values (a 0 read as half the smallest
+positive one, :func:`gpar_bo.curve_model.floor_zeros`): Ax's ``StandardizeY`` is then left
 out of the generator's transforms (each GPAR conditional standardises its own targets);
 it stays for GPAR options without an outcome transform, which model the standardised
 metric as before.
@@ -362,7 +363,7 @@ def gpar_generation_strategy(
         gpar_options: Keyword arguments for ``GPARModel`` (``kernel``, ``markov``,
             ``denoise``, ...); None (default) is
             :func:`gpar_bo.curve_model.curve_model_options`, log increments of a
-            positive metric (a value <= 0 is an error when GPAR is fitted; pass
+            non-negative metric (a value < 0 is an error when GPAR is fitted; pass
             ``curve_model_options(outcome_transform=None)`` for such a metric).
             Given options replace the default, they are not merged with it
             (``{}`` is ``GPARModel``'s own default, GPAR-L-NL on the metric
