@@ -44,7 +44,9 @@ def floor_zeros(values: Tensor) -> Tensor:
     An error measured on a finite validation set moves in steps no larger than the
     smallest positive error seen, so a zero says "below that step", not "log is minus
     infinity"; half the step keeps it below every positive value and finite in log
-    units. Without zeros the values are returned unchanged.
+    units. Without zeros the values are returned unchanged. (A known measurement
+    noise is evaluated at the value as reported: ``BinomialNoise`` gives a zero no
+    variance, so with it a zero counts as exact.)
 
     Raises:
         ValueError: A value is negative, or every observed value is zero.
