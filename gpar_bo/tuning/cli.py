@@ -157,12 +157,16 @@ def run_tune(args: argparse.Namespace) -> int:
     are one line on stderr with exit status 2, never a traceback. A job that raises
     ends the run: its traceback, then one line, exit status 1."""
     import torch
+    from ax.utils.common.logger import set_stderr_log_level
 
     from gpar_bo.tuning.errors import JobFailed, TuneError, TuneSettingsError
     from gpar_bo.tuning.loop import tune
     from gpar_bo.tuning.report import STATUSES
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # Ax prints its INFO records (e.g. each poll's "trial 0 has not reported yet") on its
+    # own handler, between the progress bar's updates; warnings still show.
+    set_stderr_log_level(logging.WARNING)
     # `kill` (SIGTERM) ends the loop like Ctrl-C: snapshot saved, jobs paused.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     # GPAR's small GP fits are fastest on one thread; the workers train on one each.

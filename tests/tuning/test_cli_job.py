@@ -4,10 +4,12 @@ a run of the toy job, the flags' rules, and a job that raises (its traceback onc
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
 import torch
+from ax.utils.common.logger import ROOT_STREAM_HANDLER
 
 from gpar_bo.cli import main
 from gpar_bo.tuning import problem_from_space, tune
@@ -52,6 +54,7 @@ def test_the_toy_job_tunes_through_job_and_space(tmp_path: Path, capsys) -> None
     assert all(j.header["parameters"]["act"] in ("relu", "tanh", "gelu")
                and j.header["parameters"]["batch"] == 64 for j in jobs)
     assert summary["trials"] == len(jobs)
+    assert ROOT_STREAM_HANDLER.level == logging.WARNING  # Ax's INFO records stay off the terminal
 
 
 @pytest.mark.parametrize("flags,message", [
