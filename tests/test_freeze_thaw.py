@@ -110,13 +110,14 @@ def test_a_zero_error_counts_as_half_the_smallest_positive_one() -> None:
     X, Y = state()
     paused = ~Y[:, -1].isfinite()
     candidates = torch.linspace(0.5, 1.0, 6, dtype=torch.double).unsqueeze(-1)
-    floored = Y.clone()
-    floored[0, -1] = Y[~Y.isnan()].min() / 2  # the best run's final error, read as the floor
     zero = Y.clone()
     zero[0, -1] = 0.0  # a perfect score on a finite validation set
+    floored = zero.clone()
+    floored[0, -1] = zero[~zero.isnan() & (zero > 0)].min() / 2  # read as half the smallest
     decisions = [FreezeThawPolicy(EPOCHS, **FAST).decide(X, y, paused, candidates) for y in (floored, zero)]
     assert decisions[1].reason == "gpar"  # decided by the model, not by a fallback
-    assert [(d.action, d.index, d.score) for d in decisions] == [(d.action, d.index, d.score) for d in decisions[::-1]]
+    first, second = ((d.action, d.index, d.score) for d in decisions)
+    assert first == second
 
 
 def test_policy_searches_a_box_without_candidates() -> None:

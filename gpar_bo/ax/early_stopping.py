@@ -43,7 +43,7 @@ from torch import Tensor
 
 from gpar_bo.ax.checkpoints import Checkpoints
 from gpar_bo.ax.curves import ExperimentCurves, experiment_curves, objective_metric
-from gpar_bo.curve_model import resolve_gpar_options
+from gpar_bo.curve_model import LogIncrements, floor_zeros, resolve_gpar_options
 from gpar_bo.data import MIN_OBSERVATIONS_PER_OUTPUT
 from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
 from gpar_bo.refit import RefitSchedule
@@ -193,7 +193,10 @@ class GPAREarlyStoppingStrategy(BaseEarlyStoppingStrategy):
         running = torch.tensor(
             [s == TrialStatus.RUNNING for s in curves.statuses], dtype=torch.bool
         )
-        finished_finals = curves.Y[reached & ~running, -1]
+        values = curves.Y
+        if isinstance(resolve_gpar_options(self.gpar_options).get("outcome_transform"), LogIncrements):
+            values = floor_zeros(values)  # a 0 as the model reads it: its samples are > 0
+        finished_finals = values[reached & ~running, -1]
         if len(finished_finals) < (self.min_curves or MIN_OBSERVATIONS_PER_OUTPUT):
             return {}, None
         incumbent = float(finished_finals.min() if minimize else finished_finals.max())

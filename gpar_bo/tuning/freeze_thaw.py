@@ -68,6 +68,7 @@ from torch import Tensor
 
 from gpar_bo.ax.curves import experiment_curves
 from gpar_bo.ax.encoding import UnitCubeEncoding
+from gpar_bo.curve_model import floor_zeros
 from gpar_bo.freeze_thaw import Decision, FreezeThawPolicy
 from gpar_bo.tuning.errors import TuneError
 from gpar_bo.tuning.recovery import apply_status, sync_trial_data
@@ -189,8 +190,9 @@ class FreezeThawLoop:
             row = int((observed & (Y.nan_to_num(0.0) < 0)).any(-1).nonzero()[0])
             raise TuneError(
                 f"Trial {trials[row]} reported {self.problem.metric} < 0; freeze-thaw models "
-                "the log of a non-negative metric to minimise (e.g. an error). Use "
-                "--scheduler early-stopping for other metrics.")
+                "the log of a non-negative metric to minimise (e.g. an error). For other "
+                "metrics, call tune(scheduler='early-stopping') with GPAR strategies given "
+                "gpar_options=curve_model_options(outcome_transform=None).")
         return trials, X, Y
 
     def trained(self) -> int:
@@ -216,6 +218,8 @@ class FreezeThawLoop:
         incumbent = float(finals.min()) if len(finals) else None
         try:
             samples = self.policy.final_error_samples(X, Y, rows)
+            if incumbent is not None:  # a 0 as the policy reads it (its samples are > 0)
+                incumbent = float(floor_zeros(Y)[observed == len(self.checkpoints), -1].min())
         except Exception as error:  # as the policy's decisions: a failed fit stalls nothing
             logger.warning("No final-value bands in the report: GPAR failed (%s).", error)
             return {}, incumbent

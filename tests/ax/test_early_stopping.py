@@ -82,6 +82,22 @@ def test_default_is_the_curve_model_and_samples_are_errors(client: Client) -> No
     client.mark_trial_abandoned(running)
 
 
+def test_a_final_error_of_zero_counts_as_half_the_smallest_positive_one() -> None:
+    client = make_client()
+    for seed, x in enumerate(FINISHED):
+        client.complete_trial(add_trial(client, x, len(EPOCHS), seed))
+    perfect = add_trial(client, FINISHED[0], len(EPOCHS) - 1, seed=50)
+    client.attach_data(perfect, {"error": 0.0}, progression=EPOCHS[-1])  # perfect on validation
+    client.complete_trial(perfect)
+    promising = add_trial(client, PROMISING, upto=3, seed=101)
+    strategy = GPAREarlyStoppingStrategy(EPOCHS, min_progression=4, fit_kwargs=FIT)
+    samples, incumbent = strategy.final_value_samples(client._experiment, [promising])
+    values = [v for seed, x in enumerate(FINISHED) for v in curve(x, seed)]
+    values += curve(FINISHED[0], 50)[:-1] + curve(PROMISING, 101)[:3]
+    assert incumbent == pytest.approx(min(values) / 2)  # not 0, which no sample could beat
+    assert (samples[promising] > 0).all()
+
+
 def test_a_metric_below_zero_is_a_clear_error_with_the_default() -> None:
     for gpar_options in (None, curve_model_options(outcome_transform=None)):
         client = make_client()

@@ -40,7 +40,10 @@ def _space(tmp_path: Path, **changes) -> Path:
     return path
 
 
-def test_the_toy_job_tunes_through_job_and_space(tmp_path: Path, capsys) -> None:
+def test_the_toy_job_tunes_through_job_and_space(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ROOT_STREAM_HANDLER, "level", ROOT_STREAM_HANDLER.level)  # restored after
     out = tmp_path / "out"
     code = main(["tune", "--job", TOY, "--space", str(_space(tmp_path, budget=4)),
                  "--out", str(out), "--no-progress"])

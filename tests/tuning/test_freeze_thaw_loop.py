@@ -240,6 +240,7 @@ def test_runs_that_report_an_error_of_zero_are_decided_on_by_gpar(
     reasons = [r.getMessage() for r in caplog.records if "freeze-thaw: " in r.getMessage()]
     assert any(r.endswith("(gpar)") for r in reasons)
     assert not any("GPAR failed" in r for r in reasons)
+    assert not any("No final-value bands" in r.getMessage() for r in caplog.records)
     assert report["best"] is not None and runner.epochs_trained == report["epochs_trained"] == 22
 
 
