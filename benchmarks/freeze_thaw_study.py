@@ -6,9 +6,11 @@ epoch accounting, on tables the policy was not tuned on:
 * ``101``, ``102``, ``103``: synthetic tables ``synthetic_problem(n=1000, seed=g)``
   (the policy was developed on generator seeds 1-3);
 * ``mnist``: the MNIST MLP table (21 epochs, checkpoints 1, 3, 7, 14, 21);
-* ``digits``: the funnel-MLP table on scikit-learn's digits (50 epochs), with the
-  rows generated so far, or ``digits:N`` for its first ``N`` rows (the row count is
-  part of each run's key, so runs on a table that has since grown are not mixed in).
+* ``digits``, ``breast_cancer``: the funnel-MLP tables on scikit-learn's digits and
+  breast cancer data (50 epochs), with the rows generated so far, or ``digits:N`` for
+  the first ``N`` rows (the row count is part of each run's key, so runs on a table that
+  has since grown are not mixed in). ``breast_cancer`` was added on 2026-11-28, after
+  every design choice of the policy, as a table it has never seen.
 
 Methods: ``gpar_freeze_thaw`` (the package's ``FreezeThawPolicy`` with its defaults,
 through ``benchmarks.bo.freeze_thaw.GPARFreezeThaw``), ``gpar_freeze_thaw_full_refits``
@@ -61,7 +63,7 @@ from benchmarks.bo.freeze_thaw import (
     GPARFreezeThaw, GPARFreezeThawFullRefits, GPARFreezeThawMeasured, GPARFreezeThawMeasuredStaged,
 )
 from benchmarks.bo.harness import TabularProblem, simulate
-from benchmarks.bo.problems import funnel_table, mnist_table, synthetic_problem
+from benchmarks.bo.problems import FUNNEL_CSV, funnel_table, mnist_table, synthetic_problem
 from benchmarks.report import RESULTS, command_line, exclusive, markdown_table, write_results
 
 REFERENCE = "gpar_freeze_thaw"
@@ -93,23 +95,33 @@ SMOOTHED_EPOCHS = 3
 
 
 def make_problem(table: str) -> TabularProblem:
-    """The table named ``table`` (a synthetic generator seed, ``mnist``, ``digits`` or ``quick``)."""
+    """The table named ``table`` (a synthetic generator seed, ``mnist``, a funnel table or ``quick``)."""
+    check_table(table)
     if table == "mnist":
         return mnist_table()
-    if table.split(":")[0] == "digits":
-        problem = funnel_table("digits")
-        rows = int(table.split(":")[1]) if ":" in table else problem.X.shape[0]
+    name, _, rows = table.partition(":")
+    if name in FUNNEL_CSV:
+        problem = funnel_table(name)
+        rows = int(rows) if rows else problem.X.shape[0]
         if not 0 < rows <= problem.X.shape[0]:
-            raise ValueError(f"{table}: the digits table has {problem.X.shape[0]} rows.")
+            raise ValueError(f"{table}: the {name} table has {problem.X.shape[0]} rows.")
         truth = problem.true_final_error
         return dataclasses.replace(problem, X=problem.X[:rows], error=problem.error[:rows],
                                    loss=problem.loss[:rows],
                                    true_final_error=None if truth is None else truth[:rows])
     if table == "quick":
         return synthetic_problem(n=60, seed=7)
-    if table.isdigit():
-        return synthetic_problem(n=1000, seed=int(table))
-    raise ValueError(f"unknown table {table!r}: a synthetic generator seed, 'mnist', 'digits' or 'quick'.")
+    return synthetic_problem(n=1000, seed=int(table))
+
+
+def check_table(table: str) -> None:
+    """Raise a one-line ``ValueError`` unless ``table`` names a table of the study."""
+    name, colon, rows = table.partition(":")
+    if table.isdigit() or table in ("mnist", "quick") or (
+            name in FUNNEL_CSV and (not colon or rows.isdigit())):
+        return
+    raise ValueError(f"unknown table {table!r}: a synthetic generator seed, 'mnist', "
+                     f"{', '.join(repr(f) for f in sorted(FUNNEL_CSV))} (or NAME:ROWS) or 'quick'.")
 
 
 def budget_of(table: str, problem: TabularProblem) -> int:
@@ -402,7 +414,8 @@ def report(lines: list[dict], tables: Sequence[str], out: Path, command: str, se
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tables", nargs="+", default=DEFAULT_TABLES,
-                        help=f"synthetic generator seeds, 'mnist', 'digits' (default: {' '.join(DEFAULT_TABLES)})")
+                        help=f"synthetic generator seeds, 'mnist', 'digits', 'breast_cancer' (funnel tables: "
+                             f"NAME:ROWS for the first ROWS rows; default: {' '.join(DEFAULT_TABLES)})")
     parser.add_argument("--seeds", type=int, default=5, help="run seeds 0..N-1 (default 5)")
     parser.add_argument("--methods", nargs="+", default=None, choices=METHODS,
                         help="default: every method whose dependencies are installed, "
@@ -415,9 +428,10 @@ def main(argv: list[str] | None = None) -> str:
         args.tables, args.seeds = ["quick"], 2
         args.methods = args.methods or [REFERENCE, "asha", "random"]
     for table in args.tables:
-        if not (table.isdigit() or table in ("mnist", "digits", "quick")
-                or table.startswith("digits:") and table[7:].isdigit()):
-            parser.error(f"unknown table {table!r}: a synthetic generator seed, 'mnist', 'digits' or 'quick'")
+        try:
+            check_table(table)
+        except ValueError as error:
+            parser.error(str(error))
     methods = args.methods or _available_methods()
     if any(m in SYNE_TUNE_METHODS for m in methods) and not args.report_only:
         from benchmarks.syne_tune.methods import syne_tune_python

@@ -26,7 +26,7 @@ MNIST_CSV = DATA / "mnist_curves_tabular.csv"
 EPOCHS = 21
 DEFAULT_CHECKPOINTS = TUNING_CHECKPOINTS  # what gpar-bo tune decides at on MNIST
 #: The funnel-MLP tables: data set -> CSV (made by ``gpar-bo generate-funnel-curves``).
-FUNNEL_CSV = {"digits": DATA / "digits_funnel_curves.csv"}
+FUNNEL_CSV = {name: DATA / f"{name}_funnel_curves.csv" for name in ("digits", "breast_cancer")}
 FUNNEL_EPOCHS = 50
 #: Default reporting epochs of the funnel tables: roughly doubling, as for MNIST.
 FUNNEL_CHECKPOINTS = (1, 3, 6, 12, 25, 50)

@@ -102,3 +102,25 @@ def test_the_full_refit_policy_is_the_package_policy_without_staged_refits_and_n
     defaults = freeze_thaw_study._available_methods()  # candidates run only when named
     assert freeze_thaw_study.REFERENCE in defaults
     assert not set(freeze_thaw_study.CANDIDATES) & set(defaults)
+
+
+@pytest.mark.parametrize("table", ["101", "mnist", "quick", "digits", "digits:10", "breast_cancer:10"])
+def test_table_names_of_the_study(table):
+    study.check_table(table)
+
+
+@pytest.mark.parametrize("table", ["cifar", "digits:", "digits:x", "breast_cancer:-1", "mnist:10"])
+def test_bad_table_names_fail_before_any_work(table):
+    with pytest.raises(ValueError, match="unknown table"):
+        study.make_problem(table)
+
+
+def test_funnel_table_prefix_rows():
+    if not study.FUNNEL_CSV["breast_cancer"].exists():
+        pytest.skip("breast_cancer_funnel_curves.csv not generated")
+    problem = study.make_problem("breast_cancer:10")
+    assert problem.name == "funnel_breast_cancer" and problem.X.shape == (10, 7)
+    assert problem.error.shape == problem.loss.shape == (10, 50)
+    with pytest.raises(ValueError, match="the breast_cancer table has"):
+        study.make_problem("breast_cancer:100000")
+

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from benchmarks.bo.problems import FUNNEL_CHECKPOINTS, FUNNEL_CSV, funnel_table
-from benchmarks.curve_crossing import crossing_stats
+from benchmarks.curve_crossing import crossing_stats, majority_error
 from gpar_bo.problems.funnel_mlp import generate_curves, load_dataset, sample_settings, to_unit_cube
 
 
@@ -29,16 +29,27 @@ def test_funnel_table_from_a_tiny_generation(tmp_path: Path) -> None:
         funnel_table("iris")
 
 
-def test_committed_funnel_table() -> None:
-    if not FUNNEL_CSV["digits"].exists():
-        pytest.skip("digits_funnel_curves.csv not generated")
-    problem = funnel_table()
-    n = json.loads(FUNNEL_CSV["digits"].with_suffix(".json").read_text())["rows"]
+@pytest.mark.parametrize("dataset", sorted(FUNNEL_CSV))
+def test_committed_funnel_table(dataset: str) -> None:
+    if not FUNNEL_CSV[dataset].exists():
+        pytest.skip(f"{FUNNEL_CSV[dataset].name} not generated")
+    problem = funnel_table(dataset)
+    metadata = json.loads(FUNNEL_CSV[dataset].with_suffix(".json").read_text())
+    n = metadata["rows"]
+    assert metadata["dataset"] == dataset and problem.name == f"funnel_{dataset}"
     assert problem.X.shape == (n, 7) and problem.error.shape == (n, 50)
     assert problem.checkpoints == FUNNEL_CHECKPOINTS
     assert ((problem.X >= 0) & (problem.X <= 1)).all()
     assert 0 <= problem.error.min() and problem.error.max() <= 1 and (problem.loss > 0).all()
     assert 0.0 < problem.best_final_error < 0.1
+    # the recorded validation size is the split's, so the binomial noise is the right one
+    assert problem.measurement_noise.num_examples == len(load_dataset(dataset).y_val) == metadata["n_val"]
+
+
+def test_majority_error_is_the_minority_share_of_a_binary_validation_set() -> None:
+    share = float(load_dataset("breast_cancer").y_val.double().mean())  # of class 1
+    assert majority_error("breast_cancer") == pytest.approx(min(share, 1 - share))
+    assert majority_error("digits") > 0.85  # ten balanced classes
 
 
 def test_crossing_stats() -> None:
@@ -51,3 +62,5 @@ def test_crossing_stats() -> None:
     assert stats["tied_pair_fraction"] == 0 and stats["best_half_crossing_fraction"] == 1.0
     tied = crossing_stats(torch.tensor([[0.9, 0.9], [0.9, 0.9], [0.5, 0.1]], dtype=torch.float64))
     assert tied["tied_pair_fraction"] == pytest.approx(1 / 3) and tied["crossing_fraction"] == 0
+    assert crossing_stats(error, chance=0.5)["chance_or_worse_final_fraction"] == pytest.approx(1 / 3)
+    assert crossing_stats(error, chance=0.95)["chance_or_worse_final_fraction"] == 0
