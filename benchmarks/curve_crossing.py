@@ -22,10 +22,17 @@ import torch
 from scipy.stats import spearmanr
 from torch import Tensor
 
-from benchmarks.bo.problems import funnel_table, mnist_table
+from benchmarks.bo.problems import FUNNEL_CSV, funnel_table, mnist_table
 from gpar_bo.problems.funnel_mlp import load_dataset
 
 __all__ = ["crossing_stats"]
+
+#: Final errors at or above this count as "chance or worse" on ten balanced classes, where
+#: always guessing the majority class errs about 0.9: the margin takes in runs that barely learn.
+CHANCE = 0.85
+#: Tables store errors to 9 digits: a run that predicts the majority class exactly must not
+#: fall below the majority-class error by rounding.
+_ROUNDING = 1e-8
 
 
 def _pairs(first: Tensor, last: Tensor) -> tuple[float, float]:
@@ -38,7 +45,7 @@ def _pairs(first: Tensor, last: Tensor) -> tuple[float, float]:
     return int(crossing.sum()) / max(int(ordered.sum()), 1), 1 - int(ordered.sum()) / max(int(upper.sum()), 1)
 
 
-def crossing_stats(error: Tensor, chance: float = 0.85) -> dict[str, float]:
+def crossing_stats(error: Tensor, chance: float = CHANCE) -> dict[str, float]:
     """Rank agreement of the first and last columns of ``n x E`` error curves.
 
     Also over the better half of the settings by final error (the ones a tuner cares
@@ -47,7 +54,7 @@ def crossing_stats(error: Tensor, chance: float = 0.85) -> dict[str, float]:
     Args:
         error: ``n x E`` validation errors.
         chance: final errors at or above this count as "chance or worse" (the default
-            suits ten balanced classes; pass the majority-class error for others).
+            suits ten balanced classes; :func:`chance_error` gives it for others).
     """
     first, last = error[:, 0], error[:, -1]
     best_half = last.argsort()[: max(2, len(last) // 2)]
@@ -64,27 +71,36 @@ def crossing_stats(error: Tensor, chance: float = 0.85) -> dict[str, float]:
         "best_half_crossing_fraction": half_crossing,
         "best_final": float(last.min()),
         "median_final": float(last.median()),
-        "chance_or_worse_final_fraction": float((last >= chance).double().mean()),
+        "chance_or_worse_final_fraction": float((last >= chance - _ROUNDING).double().mean()),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--table", choices=["funnel_digits", "funnel_breast_cancer", "mnist"],
+    parser.add_argument("--table", choices=[*(f"funnel_{name}" for name in FUNNEL_CSV), "mnist"],
                         default="funnel_digits")
     args = parser.parse_args()
     if args.table == "mnist":
         print(json.dumps(crossing_stats(mnist_table().error), indent=1))
         return
     name = args.table.removeprefix("funnel_")
-    print(json.dumps(crossing_stats(funnel_table(name).error, chance=majority_error(name)), indent=1))
+    print(json.dumps(crossing_stats(funnel_table(name).error, chance=chance_error(name)), indent=1))
+
+
+def chance_error(dataset: str) -> float:
+    """The final error that counts as chance or worse on a funnel table's data set.
+
+    :data:`CHANCE`, or the majority-class error where that is lower (a binary task's
+    majority class errs far below 0.85, and a run that only predicts it has learnt nothing).
+    """
+    return min(CHANCE, majority_error(dataset))
 
 
 def majority_error(dataset: str) -> float:
-    """The validation error of always predicting the most frequent training class (split seed 0).
+    """The validation error of always predicting the most frequent training class.
 
-    Ten balanced classes (digits) give about 0.9; the 0.85 default of :func:`crossing_stats`
-    leaves a margin for runs that barely learn, which a binary task cannot afford.
+    On the split the committed tables were generated with (``load_dataset``'s defaults:
+    split seed 0, a third held out; each table's ``.json`` records it).
     """
     data = load_dataset(dataset)
     majority = torch.as_tensor(data.y_train).mode().values

@@ -96,32 +96,47 @@ SMOOTHED_EPOCHS = 3
 
 def make_problem(table: str) -> TabularProblem:
     """The table named ``table`` (a synthetic generator seed, ``mnist``, a funnel table or ``quick``)."""
-    check_table(table)
-    if table == "mnist":
+    name, rows = parse_table(table)
+    if name == "mnist":
         return mnist_table()
-    name, _, rows = table.partition(":")
     if name in FUNNEL_CSV:
         problem = funnel_table(name)
-        rows = int(rows) if rows else problem.X.shape[0]
-        if not 0 < rows <= problem.X.shape[0]:
-            raise ValueError(f"{table}: the {name} table has {problem.X.shape[0]} rows.")
+        n = problem.X.shape[0]
+        if rows is None:
+            return problem
+        if not 0 < rows <= n:
+            raise ValueError(f"table {table!r}: ROWS must be 1..{n} (the {name} table has {n} rows).")
         truth = problem.true_final_error
         return dataclasses.replace(problem, X=problem.X[:rows], error=problem.error[:rows],
                                    loss=problem.loss[:rows],
                                    true_final_error=None if truth is None else truth[:rows])
-    if table == "quick":
+    if name == "quick":
         return synthetic_problem(n=60, seed=7)
-    return synthetic_problem(n=1000, seed=int(table))
+    return synthetic_problem(n=1000, seed=int(name))
 
 
-def check_table(table: str) -> None:
-    """Raise a one-line ``ValueError`` unless ``table`` names a table of the study."""
+def parse_table(table: str) -> tuple[str, int | None]:
+    """``(name, rows)`` of a table of the study (``rows`` only for ``NAME:ROWS``).
+
+    Raises a one-line ``ValueError`` unless ``table`` names one.
+    """
     name, colon, rows = table.partition(":")
-    if table.isdigit() or table in ("mnist", "quick") or (
-            name in FUNNEL_CSV and (not colon or rows.isdigit())):
-        return
+
+    def number(text: str) -> bool:
+        return text.isascii() and text.isdigit()
+
+    if not colon and (number(name) or name in ("mnist", "quick", *FUNNEL_CSV)):
+        return (str(int(name)) if number(name) else name), None
+    if colon and name in FUNNEL_CSV and number(rows):
+        return name, int(rows)
     raise ValueError(f"unknown table {table!r}: a synthetic generator seed, 'mnist', "
                      f"{', '.join(repr(f) for f in sorted(FUNNEL_CSV))} (or NAME:ROWS) or 'quick'.")
+
+
+def canonical_table(table: str) -> str:
+    """The name runs are stored under (``digits:007`` -> ``digits:7``, ``0101`` -> ``101``)."""
+    name, rows = parse_table(table)
+    return name if rows is None else f"{name}:{rows}"
 
 
 def budget_of(table: str, problem: TabularProblem) -> int:
@@ -414,7 +429,7 @@ def report(lines: list[dict], tables: Sequence[str], out: Path, command: str, se
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tables", nargs="+", default=DEFAULT_TABLES,
-                        help=f"synthetic generator seeds, 'mnist', 'digits', 'breast_cancer' (funnel tables: "
+                        help=f"synthetic generator seeds, 'mnist', {', '.join(repr(f) for f in FUNNEL_CSV)} (funnel tables: "
                              f"NAME:ROWS for the first ROWS rows; default: {' '.join(DEFAULT_TABLES)})")
     parser.add_argument("--seeds", type=int, default=5, help="run seeds 0..N-1 (default 5)")
     parser.add_argument("--methods", nargs="+", default=None, choices=METHODS,
@@ -427,11 +442,11 @@ def main(argv: list[str] | None = None) -> str:
     if args.quick:
         args.tables, args.seeds = ["quick"], 2
         args.methods = args.methods or [REFERENCE, "asha", "random"]
-    for table in args.tables:
-        try:
-            check_table(table)
-        except ValueError as error:
-            parser.error(str(error))
+    try:  # every table is built here, so a bad name or row count fails before any run
+        args.tables = [canonical_table(t) for t in args.tables]
+        problems = {t: make_problem(t) for t in args.tables}
+    except ValueError as error:
+        parser.error(str(error))
     methods = args.methods or _available_methods()
     if any(m in SYNE_TUNE_METHODS for m in methods) and not args.report_only:
         from benchmarks.syne_tune.methods import syne_tune_python
@@ -449,7 +464,6 @@ def main(argv: list[str] | None = None) -> str:
         if not args.report_only:
             from tqdm import tqdm
 
-            problems = {t: make_problem(t) for t in args.tables}
             todo = [(m, t, s) for t in args.tables for s in range(args.seeds) for m in methods
                     if (m, t, problems[t].X.shape[0], s, budget_of(t, problems[t])) not in done]
             for method, table, seed in tqdm(todo, desc="runs", unit="run"):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from benchmarks.bo.problems import FUNNEL_CHECKPOINTS, FUNNEL_CSV, funnel_table
-from benchmarks.curve_crossing import crossing_stats, majority_error
+from benchmarks.curve_crossing import CHANCE, chance_error, crossing_stats, majority_error
 from gpar_bo.problems.funnel_mlp import generate_curves, load_dataset, sample_settings, to_unit_cube
 
 
@@ -49,7 +49,10 @@ def test_committed_funnel_table(dataset: str) -> None:
 def test_majority_error_is_the_minority_share_of_a_binary_validation_set() -> None:
     share = float(load_dataset("breast_cancer").y_val.double().mean())  # of class 1
     assert majority_error("breast_cancer") == pytest.approx(min(share, 1 - share))
-    assert majority_error("digits") > 0.85  # ten balanced classes
+    assert majority_error("digits") > CHANCE  # ten balanced classes
+    # chance is the majority-class error on a binary task, the margin below it on digits
+    assert chance_error("breast_cancer") == majority_error("breast_cancer")
+    assert chance_error("digits") == CHANCE
 
 
 def test_crossing_stats() -> None:
@@ -64,3 +67,6 @@ def test_crossing_stats() -> None:
     assert tied["tied_pair_fraction"] == pytest.approx(1 / 3) and tied["crossing_fraction"] == 0
     assert crossing_stats(error, chance=0.5)["chance_or_worse_final_fraction"] == pytest.approx(1 / 3)
     assert crossing_stats(error, chance=0.95)["chance_or_worse_final_fraction"] == 0
+    # an error stored to 9 digits that equals chance counts, whichever way it was rounded
+    at_chance = torch.tensor([[0.5, round(71 / 190, 9) - 1e-9]], dtype=torch.float64)
+    assert crossing_stats(at_chance, chance=71 / 190)["chance_or_worse_final_fraction"] == 1
