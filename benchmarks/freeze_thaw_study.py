@@ -56,7 +56,7 @@ import numpy as np
 import torch
 
 from benchmarks.bo.analysis import (
-    chosen_quality_regret, epochs_to_threshold, mean_se, regret_bands, regret_at, wilcoxon_less,
+    budget_spending, chosen_quality_regret, epochs_to_threshold, mean_se, regret_bands, regret_at, wilcoxon_less,
 )
 from benchmarks.bo.baselines import BASELINES, optuna_available
 from benchmarks.bo.freeze_thaw import (
@@ -247,6 +247,28 @@ def quality_rows(table: str, problem: TabularProblem, runs: dict[str, list[dict]
     return rows
 
 
+def spending_rows(table: str, problem: TabularProblem, runs: dict[str, list[dict]]) -> list[dict]:
+    """Per method, means over seeds of ``budget_spending``, and on how many seeds the
+    table's best setting was started and trained to the end (else the median epoch it was
+    left at, over the seeds that started it)."""
+    error = problem.error.numpy()
+    num_epochs = error.shape[-1]
+    rows = []
+    for method, lines in runs.items():
+        spent = [budget_spending(x["trace"], error) for x in lines]
+        left = [s["best_epochs"] for s in spent if 0 < s["best_epochs"] < num_epochs]
+        rows.append({
+            "table": table, "method": method, "seeds": len(spent),
+            "settings_tried": float(np.mean([s["tried"] for s in spent])),
+            "trained_to_end": float(np.mean([s["finished"] for s in spent])),
+            "best_started": sum(s["best_epochs"] > 0 for s in spent),
+            "best_finished": sum(s["best_epochs"] == num_epochs for s in spent),
+            "best_left_at_epoch": float(np.median(left)) if left else math.nan,
+            "top10_finished": float(np.mean([s["top10_finished"] for s in spent])),
+        })
+    return rows
+
+
 def table_rows(
     table: str, problem: TabularProblem, runs: dict[str, list[dict]], budget: int
 ) -> tuple[list[dict], list[dict]]:
@@ -347,7 +369,7 @@ def plot(path: Path, bands: dict[str, dict], budgets: dict[str, int]) -> None:
 
 def report(lines: list[dict], tables: Sequence[str], out: Path, command: str, seeds: int) -> str:
     """Write ``freeze_thaw.{md,csv,json,png}`` from the runs on ``tables``; the markdown."""
-    summary, tests, quality, bands, budgets, costs = [], [], [], {}, {}, {}
+    summary, tests, quality, spending, bands, budgets, costs = [], [], [], [], {}, {}, {}
     for table in tables:
         problem = make_problem(table)
         mine = [x for x in lines if x["table"] == table and x["rows"] == problem.X.shape[0]]
@@ -367,6 +389,7 @@ def report(lines: list[dict], tables: Sequence[str], out: Path, command: str, se
         summary += rows
         tests += table_tests
         quality += quality_rows(table, problem, runs)
+        spending += spending_rows(table, problem, runs)
         best = problem.best_final_error
         before = float(problem.final_error.median()) - best
         bands[table] = regret_bands({m: [x["trace"] for x in v] for m, v in runs.items()}, best, before, budget)
@@ -408,6 +431,15 @@ def report(lines: list[dict], tables: Sequence[str], out: Path, command: str, se
         "targets are stated on the regret above, not on this.\n\n"
         + markdown_table(quality)
     )
+    notes.append(
+        "## How each method spent its budget\n\n"
+        "Means over seeds of the settings started and trained to the last epoch; on how many "
+        "seeds the table's best setting (by final error) was started and trained to the end, "
+        "and the median epoch it was left at where it was started but not finished (a "
+        "promotion missed, not a search that never found it); the mean number of the table's "
+        "10 best settings trained to the end.\n\n"
+        + markdown_table(spending)
+    )
     for table, cost in costs.items():
         notes.append(
             f"**Policy decisions on {table}:** {cost['decisions']}; CPU median {cost['cpu_median_s']:.3f} s, "
@@ -420,7 +452,8 @@ def report(lines: list[dict], tables: Sequence[str], out: Path, command: str, se
     notes.append(f"Settings per table: {rows_note}; budgets (epochs): {budgets}; {WORKERS} workers.")
     write_results(out, "freeze_thaw", "GPAR freeze-thaw against the screeners and learning-curve BO",
                   summary, command, list(range(seeds)), notes="\n\n".join(notes),
-                  extra={"wilcoxon": tests, "chosen_quality": quality, "decision_costs": costs,
+                  extra={"wilcoxon": tests, "chosen_quality": quality, "spending": spending,
+                         "decision_costs": costs,
                          "budgets": budgets})
     plot(out / "freeze_thaw.png", bands, budgets)
     return (out / "freeze_thaw.md").read_text()

@@ -64,6 +64,39 @@ def chosen_quality_regret(trace: dict, error: np.ndarray, quality: np.ndarray) -
     return float(quality[tied].mean() - quality.min())
 
 
+def budget_spending(trace: dict, error: np.ndarray) -> dict[str, float]:
+    """Where a run spent its epochs, and how far it took the table's best setting.
+
+    Tells a search that never tried the best setting from one that tried it and left
+    it paused or stopped (a promotion the model got wrong).
+
+    Args:
+        trace: A ``Trace.to_json()`` dict (its ``trials``: setting and epochs each; a
+            setting resumed in several trials counts with its furthest epoch).
+        error: ``N x E`` the table's errors per epoch; the best setting is the one with
+            the lowest final error (ties: any of them).
+
+    Returns:
+        ``tried`` (settings started), ``finished`` (trained to the last epoch),
+        ``best_epochs`` (the furthest epoch any best setting reached; 0 if never
+        started), ``top10_finished`` (settings among the table's 10 best by final error
+        trained to the end).
+    """
+    furthest: dict[int, int] = {}
+    for trial in trace["trials"]:
+        furthest[trial["setting"]] = max(furthest.get(trial["setting"], 0), trial["epochs"])
+    final = error[:, -1]
+    best = set(np.flatnonzero(final == final.min()).tolist())
+    top10 = set(np.argsort(final, kind="stable")[:10].tolist())
+    num_epochs = error.shape[-1]
+    return {
+        "tried": len(furthest),
+        "finished": sum(e == num_epochs for e in furthest.values()),
+        "best_epochs": max((e for s, e in furthest.items() if s in best), default=0),
+        "top10_finished": sum(e == num_epochs for s, e in furthest.items() if s in top10),
+    }
+
+
 def mean_se(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Mean and standard error over the first axis (``S x G`` -> two ``G`` arrays).
 

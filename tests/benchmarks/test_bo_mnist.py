@@ -185,6 +185,20 @@ def test_a_final_choice_is_judged_by_its_quality_ties_by_their_mean() -> None:
     assert math.isnan(analysis.chosen_quality_regret({"trials": trace["trials"][3:]}, error, quality))
 
 
+def test_budget_spending_tells_a_missed_promotion_from_a_missed_search() -> None:
+    error = np.array([[0.5, 0.3, 0.05], [0.4, 0.2, 0.2], [0.3, 0.3, 0.3], [0.6, 0.4, 0.05]])
+    trace = {"trials": [  # setting 0 (a best one) paused at epoch 1, resumed to 2
+        {"setting": 0, "epochs": 1}, {"setting": 1, "epochs": 3}, {"setting": 0, "epochs": 2},
+        {"setting": 2, "epochs": 1},
+    ]}
+    spent = analysis.budget_spending(trace, error)
+    assert spent == {"tried": 3, "finished": 1, "best_epochs": 2, "top10_finished": 1}
+    # the other best setting (3, tied) trained to the end counts as the best finished
+    spent = analysis.budget_spending({"trials": [*trace["trials"], {"setting": 3, "epochs": 3}]}, error)
+    assert spent["best_epochs"] == 3 and spent["finished"] == 2
+    assert analysis.budget_spending({"trials": trace["trials"][1:2]}, error)["best_epochs"] == 0
+
+
 def test_epochs_to_threshold_and_overhead() -> None:
     assert analysis.epochs_to_threshold(TRACE, best=0.097) == 60
     assert analysis.epochs_to_threshold(TRACE, best=0.296) == 21

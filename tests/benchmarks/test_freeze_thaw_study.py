@@ -36,6 +36,12 @@ def test_quick_study_writes_report_resumes_and_matches_traces(tmp_path):
         mine = [chosen_quality_regret(x["trace"], problem.error.numpy(), truth)
                 for x in lines if x["method"] == q["method"]]
         assert q["chosen_regret"] == pytest.approx(sum(mine) / len(mine))
+    spending = json.loads((tmp_path / "freeze_thaw.json").read_text())["spending"]
+    for row in spending:  # the report's means are the traces' own
+        mine = [x["trace"] for x in lines if x["method"] == row["method"]]
+        assert row["settings_tried"] == pytest.approx(
+            np.mean([len({t["setting"] for t in trace["trials"]}) for trace in mine]))
+        assert 0 <= row["best_finished"] <= row["best_started"] <= row["seeds"] == 2
 
 
 def test_chosen_quality_is_the_truth_where_known_else_the_last_epochs_mean() -> None:
