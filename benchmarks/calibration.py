@@ -86,6 +86,7 @@ GPAR_VARIANTS: Mapping[str, Callable[[TabularProblem], dict[str, Any]]] = {
 TABLES: dict[str, Callable[[], TabularProblem]] = {
     "mnist": mnist_table,
     "funnel_digits": funnel_table,
+    "funnel_breast_cancer": lambda: funnel_table("breast_cancer"),
     **{f"synthetic_{s}": (lambda s=s: synthetic_problem(n=1000, seed=s)) for s in (101, 102, 103)},
 }
 #: Development data (``--tables dev_...``, never in the default set): what the
