@@ -47,7 +47,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch: small fits run faster on one thread
@@ -367,11 +367,11 @@ def plot(path: Path, bands: dict[str, dict], budgets: dict[str, int]) -> None:
     plt.close(fig)
 
 
-def report(lines: list[dict], tables: Sequence[str], out: Path, command: str, seeds: int) -> str:
-    """Write ``freeze_thaw.{md,csv,json,png}`` from the runs on ``tables``; the markdown."""
+def report(lines: list[dict], problems: Mapping[str, TabularProblem], out: Path, command: str, seeds: int) -> str:
+    """Write ``freeze_thaw.{md,csv,json,png}`` from the runs on the tables ``problems`` names
+    (by table name); the markdown."""
     summary, tests, quality, spending, bands, budgets, costs = [], [], [], [], {}, {}, {}
-    for table in tables:
-        problem = make_problem(table)
+    for table, problem in problems.items():
         mine = [x for x in lines if x["table"] == table and x["rows"] == problem.X.shape[0]]
         if not mine:
             continue
@@ -448,7 +448,7 @@ def report(lines: list[dict], tables: Sequence[str], out: Path, command: str, se
             f"wall clock (inflated by other load) median {cost['wall_median_s']:.3f} s, max "
             f"{cost['wall_max_s']:.2f} s. By reason: {cost['reasons']}."
         )
-    rows_note = {t: make_problem(t).X.shape[0] for t in budgets}
+    rows_note = {t: problems[t].X.shape[0] for t in budgets}
     notes.append(f"Settings per table: {rows_note}; budgets (epochs): {budgets}; {WORKERS} workers.")
     write_results(out, "freeze_thaw", "GPAR freeze-thaw against the screeners and learning-curve BO",
                   summary, command, list(range(seeds)), notes="\n\n".join(notes),
@@ -505,7 +505,7 @@ def main(argv: list[str] | None = None) -> str:
                 with path.open("a") as handle:  # whole lines: a kill loses only the run in progress
                     handle.write(json.dumps(line) + "\n")
                 lines.append(line)
-    text = report(lines, args.tables, args.out, command_line(argv), args.seeds)
+    text = report(lines, problems, args.out, command_line(argv), args.seeds)
     print(text)
     return text
 
