@@ -1,0 +1,294 @@
+r"""What the policy's model said about the good runs it left paused.
+
+The freeze-thaw study (``benchmarks.freeze_thaw_study``) counts how often the policy
+started a table's best setting but never trained it to the end (its report's "How each
+method spent its budget"). This asks why, from the runs the study recorded: for each of
+the policy's runs on a table, it rebuilds what the policy saw when its budget ran out
+(settings, errors at the reported checkpoints, paused runs) from the run's trace, and
+asks the policy for its predictive of every paused run's final error
+(``FreezeThawPolicy.final_error_samples``: GPAR on all the run's data, fitted once, as
+the policy fits it). Each paused run's true final error (the table's) then falls below
+the predictive's central 95 % interval, inside it or above it.
+
+A promotion is lost on the *lower* side: a run that ends better than the model thought
+possible has a stopping index near zero, so it stays paused. The report gives, per
+table, the share of paused runs whose final error fell below their interval (2.5 % for
+a calibrated predictive), the same share among the paused runs that are among the
+table's 10 best settings, and, for the table's best setting wherever it was left
+paused, its last value, the predictive's interval, its true final error and the
+predictive's probability of its ending below the run's incumbent.
+
+Nothing is rerun: the predictive is the end-of-run model's, not the one each decision
+used (the policy refits as data grow, so that model saw less). Model ``policy`` is the
+package's policy with its defaults, as the study runs it; ``measured`` is the same told
+the table's measurement noise (``curve_model_options(measurement_noise=...)``, the
+calibration benchmark's ``measured``), predicting from the same end-of-run states.
+
+The runs left paused are chosen by the model's own predictions, so they are where its
+errors matter: a predictive whose mean is off by more than its width says leaves good
+runs paused, and their finals then fall below its interval. For a predictive that is the
+true conditional distribution given the data, choosing runs by the data does not change
+the 2.5 % (the choice is a function of the data the predictive conditions on); for an
+over-confident one, it concentrates the misses in the paused runs.
+
+    python -m benchmarks.missed_promotions --seeds 20
+    python -m benchmarks.missed_promotions --quick      # a tiny table, for the tests
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch: small fits run faster on one thread
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from benchmarks.bo.harness import TabularProblem, simulate
+from benchmarks.freeze_thaw_study import REFERENCE, budget_of, canonical_table, load_runs, make_problem
+from benchmarks.report import RESULTS, command_line, markdown_table, write_results
+from gpar_bo.curve_model import curve_model_options
+from gpar_bo.freeze_thaw import FreezeThawPolicy
+
+#: Draws from each path's log-normal (``final_error_samples``): 128 paths x 8 draws.
+NUM_DRAWS = 8
+#: The table's best settings looked at apart from the other paused runs.
+TOP = 10
+MODELS = ("policy", "measured")
+
+
+def model_options(model: str, problem: TabularProblem) -> dict | None:
+    """``FreezeThawPolicy``'s ``gpar_options`` of a model name (``MODELS``)."""
+    if model == "policy":
+        return None
+    if problem.measurement_noise is None:
+        raise ValueError(f"{problem.name} records no measurement noise; model {model!r} needs it.")
+    return curve_model_options(measurement_noise=problem.measurement_noise)
+
+
+def end_state(trace: dict, problem: TabularProblem) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
+    r"""What the policy saw when a run's budget ran out, from its trace.
+
+    Args:
+        trace: A ``Trace.to_json()`` dict of a policy run (``trials``: setting,
+            status, epochs trained).
+        problem: Its table.
+
+    Returns:
+        ``settings`` (``n``, rows of the table), ``Y`` (``n x M`` errors at the
+        checkpoints each run reported, NaN after) and ``paused`` (``n`` bool; a run
+        that was training when the budget ran out is not paused).
+    """
+    furthest: dict[int, tuple[int, str]] = {}
+    for trial in trace["trials"]:  # a setting resumed in several trials: its furthest
+        if trial["epochs"] >= furthest.get(trial["setting"], (-1, ""))[0]:
+            furthest[trial["setting"]] = (trial["epochs"], trial["status"])
+    settings = np.array(sorted(furthest))
+    checkpoints = torch.tensor(problem.checkpoints)
+    errors = problem.error[settings][:, checkpoints - 1]
+    epochs = torch.tensor([furthest[s][0] for s in settings])
+    Y = torch.where(checkpoints <= epochs.unsqueeze(-1), errors, float("nan"))
+    paused = torch.tensor([furthest[s][1] == "stopped" for s in settings]) & (epochs < checkpoints[-1])
+    paused &= ~Y[:, 0].isnan()
+    return settings, Y, paused
+
+
+def paused_predictions(trace: dict, problem: TabularProblem, model: str = "policy") -> list[dict]:
+    """The policy's predictive of each paused run's final error at the end of ``trace``.
+
+    Returns:
+        One dict per paused run: its setting, rank of its true final error in the
+        table (0 = best), checkpoints observed, last observed error, the 2.5 %, 50 %
+        and 97.5 % quantiles of the predictive, the true final error, where it fell
+        (``side``: "below", "inside" or "above" the 95 % interval), and the
+        predictive's probability of a final error below the run's incumbent. Empty
+        if fewer than two runs finished (the policy has no model then).
+    """
+    settings, Y, paused = end_state(trace, problem)
+    rows = paused.nonzero().squeeze(-1)
+    if len(rows) == 0:
+        return []
+    policy = FreezeThawPolicy(problem.checkpoints, seed=int(trace["seed"]),
+                              gpar_options=model_options(model, problem))
+    X = problem.X[settings]
+    samples = policy.final_error_samples(X, Y, rows, num_draws=NUM_DRAWS)
+    if samples is None:
+        return []
+    final = problem.error[:, -1]
+    rank = final.argsort().argsort()
+    incumbent = float(Y[~Y[:, -1].isnan(), -1].min())
+    quantiles = torch.quantile(samples, torch.tensor([0.025, 0.5, 0.975], dtype=samples.dtype), dim=0)
+    out = []
+    for j, row in enumerate(rows.tolist()):
+        setting = int(settings[row])
+        truth = float(final[setting])
+        low, median, high = (float(q) for q in quantiles[:, j])
+        observed = int((~Y[row].isnan()).sum())
+        out.append({
+            "setting": setting,
+            "final_rank": int(rank[setting]),
+            "observed": observed,
+            "last_error": float(Y[row, observed - 1]),
+            "low": low,
+            "median": median,
+            "high": high,
+            "final_error": truth,
+            "side": "below" if truth < low else "above" if truth > high else "inside",
+            "p_beats_incumbent": float((samples[:, j] < incumbent).double().mean()),
+            "incumbent": incumbent,
+        })
+    return out
+
+
+def summary_rows(
+    table: str, model: str, problem: TabularProblem, per_seed: dict[int, list[dict]]
+) -> tuple[list[dict], list[dict]]:
+    """Per table: the sides of the paused runs' final errors (all, and the table's
+    ``TOP`` best); per seed where the table's best setting was left paused: its row."""
+    best = int(problem.error[:, -1].argmin())
+    counts = []
+    for label, keep in (("all paused runs", lambda p: True),
+                        (f"the table's {TOP} best, paused", lambda p: p["final_rank"] < TOP)):
+        picked = [p for runs in per_seed.values() for p in runs if keep(p)]
+        n = len(picked)
+        row = {"table": table, "model": model, "runs": label, "seeds": len(per_seed), "n": n}
+        for side in ("below", "inside", "above"):
+            share = sum(p["side"] == side for p in picked) / n if n else math.nan
+            row[side] = share
+        row["below_se"] = math.sqrt(row["below"] * (1 - row["below"]) / n) if n else math.nan
+        counts.append(row)
+    left = []
+    for seed, runs in sorted(per_seed.items()):
+        for p in runs:
+            if p["setting"] == best:
+                left.append({"table": table, "model": model, "seed": seed,
+                             **{k: v for k, v in p.items() if k != "final_rank"}})
+    return counts, left
+
+
+def plot(path: Path, results: dict[tuple[str, str], dict[int, list[dict]]]) -> None:
+    """Per (table, model), the true final error against the predictive's 95 % interval for
+    the table's ``TOP`` best settings wherever the policy left them paused."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tables = list(dict.fromkeys(t for t, _ in results))
+    models = list(dict.fromkeys(m for _, m in results))
+    fig, axes = plt.subplots(len(models), len(tables), figsize=(4.2 * len(tables), 3.2 * len(models)),
+                             squeeze=False)
+    for (table, model), per_seed in results.items():
+        ax = axes[models.index(model), tables.index(table)]
+        picked = [p for runs in per_seed.values() for p in runs if p["final_rank"] < TOP]
+        for i, p in enumerate(sorted(picked, key=lambda p: p["final_error"])):
+            colour = {"below": "tab:red", "inside": "tab:green", "above": "tab:blue"}[p["side"]]
+            ax.plot([i, i], [p["low"], p["high"]], color="grey", lw=1)
+            ax.plot(i, p["final_error"], "o", color=colour, ms=3)
+        ax.set_yscale("log")
+        ax.set_title(f"{table}, {model}: top {TOP} left paused", fontsize=9)
+        ax.set_xlabel("paused run (by true final error)", fontsize=8)
+        ax.set_ylabel("final error: 95 % interval, truth", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+NOTES = f"""For every run of the policy (`{REFERENCE}`) in the study's runs file on a table, the
+state at the end of its budget is rebuilt from its trace and the package's
+`FreezeThawPolicy.final_error_samples` (GPAR on all the run's data, {NUM_DRAWS} draws from
+each of its 128 paths) predicts every paused run's final error: model `policy` with the
+policy's defaults (the model the study's runs decided with), `measured` the same told the
+table's measurement noise (a candidate; the runs were not made with it).
+`below` / `inside` / `above`: shares of paused runs whose true final error fell below,
+inside or above the predictive's central 95 % interval (2.5 % / 95 % / 2.5 % if
+calibrated); `below` is the side on which a good run looks hopeless and is left paused.
+The second table lists the table's best setting wherever a run left it paused:
+`p_beats_incumbent` is the predictive's probability of its final error being below that
+run's incumbent (`incumbent`). The predictive is the end-of-run model's, which saw more
+data than the decisions that left the run paused. The paused runs were chosen by the
+policy's predictions, which is why they show where an over-confident predictive costs
+promotions (see the module docstring)."""
+
+
+def main(argv: Sequence[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--tables", nargs="+", type=str, default=["101", "102", "103", "mnist", "digits:1000", "breast_cancer:1000"],
+                        help="tables of the study (as named there)")
+    parser.add_argument("--seeds", type=int, default=20, help="the policy's runs with seeds 0..N-1")
+    parser.add_argument("--runs", type=Path, default=RESULTS / "freeze_thaw_runs.jsonl",
+                        help="the study's runs file")
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS),
+                        help="policy: the policy's defaults; measured: told the table's measurement noise")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--quick", action="store_true",
+                        help="simulate the policy on the study's tiny table (2 seeds); no runs file")
+    args = parser.parse_args(argv)
+    if args.seeds < 1:
+        parser.error(f"--seeds must be >= 1; got {args.seeds}")
+    torch.set_num_threads(1)
+    if args.quick:
+        args.tables, args.seeds = ["quick"], 2
+    try:
+        problems = {t: make_problem(t) for t in args.tables}
+    except ValueError as error:
+        parser.error(str(error))
+    if not args.quick and not args.runs.exists():
+        parser.error(f"no runs file {args.runs}: run benchmarks.freeze_thaw_study first")
+    traces: dict[str, dict[int, dict]] = {t: {} for t in args.tables}
+    if args.quick:
+        from benchmarks.bo.freeze_thaw import GPARFreezeThaw
+
+        for seed in range(args.seeds):
+            trace = simulate(GPARFreezeThaw(), problems["quick"], seed, budget_of("quick", problems["quick"]))
+            traces["quick"][seed] = trace.to_json()
+    else:
+        for line in load_runs(args.runs):
+            for table in args.tables:
+                if (line["method"] == REFERENCE and line["table"] == canonical_table(table)
+                        and line["seed"] < args.seeds and line["budget"] == budget_of(table, problems[table])):
+                    traces[table][line["seed"]] = line["trace"]
+        missing = [t for t, by_seed in traces.items() if len(by_seed) < args.seeds]
+        if missing:
+            parser.error(f"the runs file has fewer than {args.seeds} policy runs on {missing}")
+    for table in args.tables:
+        for model in args.models:
+            try:
+                model_options(model, problems[table])
+            except ValueError as error:
+                parser.error(str(error))
+    results: dict[tuple[str, str], dict[int, list[dict]]] = {}
+    jobs = [(t, m, s) for t in args.tables for m in args.models for s in sorted(traces[t])]
+    for table, model, seed in tqdm(jobs, desc="runs", unit="run"):
+        results.setdefault((table, model), {})[seed] = paused_predictions(
+            traces[table][seed], problems[table], model
+        )
+    counts, left = [], []
+    for (table, model), per_seed in results.items():
+        c, b = summary_rows(table, model, problems[table], per_seed)
+        counts += c
+        left += b
+    args.out.mkdir(parents=True, exist_ok=True)
+    name = "missed_promotions_quick" if args.quick else "missed_promotions"
+    body = NOTES + "\n\n## The table's best setting, where the policy left it paused\n\n"
+    body += markdown_table(left) if left else "(nowhere)"
+    write_results(
+        args.out, name, "Where the policy's model put the final errors of the runs it left paused",
+        counts, command_line(argv), list(range(args.seeds)), notes=body,
+        extra={"best_left_paused": left,
+               "top_paused": {f"{t} {m}": {str(s): [p for p in r if p["final_rank"] < TOP] for s, r in by.items()}
+                              for (t, m), by in results.items()}},
+    )
+    plot(args.out / f"{name}.png", results)
+    return markdown_table(counts)
+
+
+if __name__ == "__main__":
+    print(main())

@@ -1,0 +1,76 @@
+"""Where the policy's model put the finals of the runs it left paused: the end state read
+off a trace, the sides of the interval, and the quick report."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks import freeze_thaw_study as study
+from benchmarks import missed_promotions as mp
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return study.make_problem("quick")
+
+
+def test_end_state_is_what_the_policy_saw_when_the_budget_ran_out(problem) -> None:
+    checkpoints = problem.checkpoints
+    trace = {"seed": 0, "trials": [
+        {"setting": 5, "status": "completed", "epochs": checkpoints[-1]},
+        {"setting": 3, "status": "stopped", "epochs": checkpoints[1]},
+        {"setting": 3, "status": "stopped", "epochs": checkpoints[0]},  # an earlier trial of it
+        {"setting": 7, "status": "running", "epochs": checkpoints[0] + 1},  # between checkpoints
+    ]}
+    settings, Y, paused = mp.end_state(trace, problem)
+    assert settings.tolist() == [3, 5, 7]
+    columns = torch.tensor(checkpoints) - 1
+    assert torch.equal(Y[1], problem.error[5, columns])
+    assert torch.equal(Y[0, :2], problem.error[3, columns[:2]]) and Y[0, 2:].isnan().all()
+    assert Y[2, 0] == problem.error[7, columns[0]] and Y[2, 1:].isnan().all()
+    assert paused.tolist() == [True, False, False]  # a running run is not paused
+
+
+def test_paused_predictions_place_each_final_against_its_interval(problem) -> None:
+    from benchmarks.bo.freeze_thaw import GPARFreezeThaw
+    from benchmarks.bo.harness import simulate
+
+    trace = simulate(GPARFreezeThaw(), problem, 0, study.budget_of("quick", problem)).to_json()
+    predictions = mp.paused_predictions(trace, problem)
+    _, _, paused = mp.end_state(trace, problem)
+    assert len(predictions) == int(paused.sum()) > 0
+    rank = problem.error[:, -1].argsort().argsort()
+    for p in predictions:
+        assert p["low"] <= p["median"] <= p["high"]
+        assert p["final_error"] == pytest.approx(float(problem.error[p["setting"], -1]))
+        assert p["final_rank"] == int(rank[p["setting"]])
+        side = ("below" if p["final_error"] < p["low"] else
+                "above" if p["final_error"] > p["high"] else "inside")
+        assert p["side"] == side and 0 <= p["p_beats_incumbent"] <= 1
+    # no model before two runs finished: nothing to say
+    early = {"seed": 0, "trials": [{"setting": 1, "status": "stopped", "epochs": problem.checkpoints[0]}]}
+    assert mp.paused_predictions(early, problem) == []
+    rows, left = mp.summary_rows("quick", "policy", problem, {0: predictions})
+    everyone = rows[0]
+    assert everyone["n"] == len(predictions)
+    assert everyone["below"] + everyone["inside"] + everyone["above"] == pytest.approx(1.0)
+    best = int(problem.error[:, -1].argmin())
+    assert [b["setting"] for b in left] == [p["setting"] for p in predictions if p["setting"] == best]
+
+
+def test_quick_report_and_bad_input(tmp_path) -> None:
+    mp.main(["--quick", "--models", "policy", "--out", str(tmp_path)])
+    for suffix in ("md", "csv", "json", "png"):
+        assert (tmp_path / f"missed_promotions_quick.{suffix}").stat().st_size > 0
+    saved = json.loads((tmp_path / "missed_promotions_quick.json").read_text())
+    assert {(r["table"], r["model"], r["seeds"]) for r in saved["rows"]} == {("quick", "policy", 2)}
+    paused = saved["top_paused"]["quick policy"]  # the table's best few, wherever left paused
+    row = next(r for r in saved["rows"] if r["runs"] == f"the table's {mp.TOP} best, paused")
+    sides = [p["side"] for runs in paused.values() for p in runs]
+    assert row["n"] == len(sides) and row["below"] == pytest.approx(np.mean([s == "below" for s in sides]))
+    with pytest.raises(SystemExit):
+        mp.main(["--seeds", "0", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit):  # no runs file
+        mp.main(["--runs", str(tmp_path / "none.jsonl"), "--out", str(tmp_path)])
