@@ -19,6 +19,18 @@ calibrated, on held-out partial curves:
   of the mixture (its CDF at the truth within [0.25, 0.75] or [0.025, 0.975]) and the
   NLL of the mixture density.
 
+**The selected split** (``--split selected``) asks the same of runs stopped the way the
+policy stops them, by how good they look, instead of at random: ``N_SELECTED`` runs all
+report the first checkpoint, and at each checkpoint the best ``KEEP`` share of the runs
+there (by their error) go on to the next, the others stop. The model is fitted on all of
+them and predicts the final error of every stopped run, whose prefix is in its data (as
+a paused run's is in the policy's). A model fitted on the runs that went on has learnt
+how good runs continue; the stopped runs continue differently (on the real tables their
+futures spread more: ``benchmarks.missed_promotions``), and this measures what that does
+to the predictive without running the policy (a development tool for model changes, on
+development tables). Records also count finals below the 95 % interval (``below95``:
+the side on which a stopped run looks hopeless).
+
 Models: ``lognormal`` is the policy's curve model,
 :func:`gpar_bo.curve_model.curve_model_options` (D-GPAR-NL-X on log-error increments,
 ``SingleTaskGP``'s LogNormal(-4, 1) noise prior); ``gamma`` is the same with
@@ -35,9 +47,11 @@ Usage::
     python -m benchmarks.calibration            # every table, 3 split seeds (resumable)
     python -m benchmarks.calibration --quick    # one small synthetic table, for tests
     python -m benchmarks.calibration --report   # rewrite the report from the records only
+    python -m benchmarks.calibration --split selected --tables dev_mnist_study --models lognormal measured
 
 Results: ``benchmarks/results/calibration.{md,csv,json,png}`` and the per-split records
-``calibration_records.jsonl`` (the resume file).
+``calibration_records.jsonl`` (the resume file); with ``--split selected``,
+``calibration_selected.*``.
 """
 
 from __future__ import annotations
@@ -68,6 +82,11 @@ from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
 RESULTS = Path(__file__).resolve().parent / "results"
 STUDY_CSV = Path(__file__).resolve().parent / "data" / "mnist_curves_study.csv"
 N_TRAIN, N_TEST = 80, 200
+#: The selected split: runs, and the share of the runs at each checkpoint that go on to
+#: the next (so that about as many runs finish as in the policy's runs: 200 * 0.6^4 = 26
+#: on MNIST's 5 checkpoints, 16 on the funnel tables' 6). Fixed before any run of it.
+N_SELECTED, KEEP = 200, 0.6
+SPLITS = ("random", "selected")
 NUM_PATHS = 256
 SEEDS = (0, 1, 2)
 def measured_options(problem: TabularProblem) -> dict[str, Any]:
@@ -124,6 +143,35 @@ def split(
     return problem.X[train], Y_train, problem.X[test], Y_test, Y[test, -1]
 
 
+def split_selected(
+    problem: TabularProblem, seed: int, n_runs: int = N_SELECTED, keep: float = KEEP
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Runs stopped by how good they look: every run reports the first checkpoint, and
+    at each checkpoint the best ``ceil(keep * n)`` of the ``n`` runs there go on.
+
+    Returns:
+        ``X`` (``n_runs x d``), ``Y`` (``n_runs x M`` errors, NaN after each run's
+        prefix), ``stopped`` (rows that stopped before the final checkpoint) and
+        ``final`` (their final errors).
+    """
+    generator = torch.Generator().manual_seed(seed)
+    M = len(problem.checkpoints)
+    if n_runs > len(problem.X):
+        raise ValueError(f"{problem.name} has {len(problem.X)} runs; asked for {n_runs}.")
+    if not 0 < keep < 1:
+        raise ValueError(f"keep must be in (0, 1); got {keep}.")
+    rows = torch.randperm(len(problem.X), generator=generator)[:n_runs]
+    values = problem.error[rows][:, [c - 1 for c in problem.checkpoints]]
+    length = torch.ones(n_runs, dtype=torch.long)
+    for k in range(M - 1):
+        there = (length == k + 1).nonzero().squeeze(-1)
+        best = there[values[there, k].argsort(stable=True)[: math.ceil(keep * len(there))]]
+        length[best] = k + 2
+    Y = torch.where(torch.arange(M) < length.unsqueeze(-1), values, float("nan"))
+    stopped = (length < M).nonzero().squeeze(-1)
+    return problem.X[rows], Y, stopped, values[stopped, -1]
+
+
 def fit_curve_model(X: Tensor, Y: Tensor, options: Mapping[str, Any]) -> GPARModel:
     """GPAR on the log-error increments of ``Y`` (``n x M``), fitted as the policy fits it."""
     model = GPARModel(X, Y, **resolve_gpar_options(options))
@@ -139,6 +187,7 @@ def final_mixture(
     X_test: Tensor,
     Y_test: Tensor,
     num_paths: int = NUM_PATHS,
+    add_prefixes: bool = True,
 ) -> tuple[Tensor, Tensor]:
     r"""The policy's predictive of the final log error given each held-out prefix
     (``FreezeThawIndex.final_paths``, after adding the prefixes to the model's data).
@@ -149,12 +198,14 @@ def final_mixture(
         X_test: ``t x d`` settings.
         Y_test: ``t x M`` errors, NaN after each run's prefix (a row may be all NaN).
         num_paths: Quasi-random sample paths per run.
+        add_prefixes: Add the prefixes to the model's data first (False: they are in
+            it already, as the selected split's stopped runs are).
 
     Returns:
         ``num_paths x t`` means and variances of the Gaussian mixture components.
     """
     has = ~Y_test[:, 0].isnan()
-    if has.any():
+    if add_prefixes and has.any():
         model = model.condition_on_observations(X_test[has], Y_test[has])
     # The incumbent only enters the index, not the paths.
     index = FreezeThawIndex(
@@ -176,15 +227,24 @@ def mixture_metrics(means: Tensor, variances: Tensor, target: Tensor) -> dict[st
     return {
         "coverage50": ((cdf >= 0.25) & (cdf <= 0.75)).double(),
         "coverage95": ((cdf >= 0.025) & (cdf <= 0.975)).double(),
+        "below95": (cdf < 0.025).double(),
         "nll": -log_density,
     }
 
 
 def evaluate(
-    problem: TabularProblem, seed: int, model_name: str, n_train: int = N_TRAIN, n_test: int = N_TEST
+    problem: TabularProblem, seed: int, model_name: str, n_train: int = N_TRAIN, n_test: int = N_TEST,
+    split_name: str = "random",
 ) -> dict[str, Any]:
-    """One model on one split: per held-out run, its prefix length and metrics."""
-    X, Y, X_test, Y_test, final = split(problem, seed, n_train, n_test)
+    """One model on one split: per held-out run (the selected split: per stopped run
+    of ``n_train`` runs), its prefix length and metrics."""
+    if split_name == "selected":
+        if model_name not in GPAR_VARIANTS:
+            raise ValueError(f"The selected split evaluates GPAR models only; got {model_name!r}.")
+        X, Y, stopped, final = split_selected(problem, seed, n_train)
+        X_test, Y_test = X[stopped], Y[stopped]
+    else:
+        X, Y, X_test, Y_test, final = split(problem, seed, n_train, n_test)
     start = time.perf_counter()
     if model_name == "exp_decay":
         surrogate = FreezeThaw(problem.checkpoints)
@@ -195,12 +255,15 @@ def evaluate(
     else:
         model = fit_curve_model(X, Y, GPAR_VARIANTS[model_name](problem))
         fit_seconds = time.perf_counter() - start
-        means, variances = final_mixture(model, problem.checkpoints, X_test, Y_test)
+        means, variances = final_mixture(
+            model, problem.checkpoints, X_test, Y_test, add_prefixes=split_name == "random"
+        )
     metrics = mixture_metrics(means, variances, final.log())
     return {
         "table": problem.name,
         "seed": seed,
         "model": model_name,
+        "split": split_name,
         "fit_seconds": fit_seconds,
         "prefix": (~Y_test.isnan()).sum(-1).tolist(),
         **{k: v.tolist() for k, v in metrics.items()},
@@ -217,7 +280,11 @@ def summarise(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for (table, model), group in groups.items():
         prefix = torch.tensor([p for r in group for p in r["prefix"]])
         values = {k: torch.tensor([v for r in group for v in r[k]]) for k in ("coverage50", "coverage95", "nll")}
-        for length in ["all", *range(int(prefix.max()) + 1)]:
+        # Records written before below95 was recorded lack it.
+        below = (torch.tensor([v for r in group for v in r["below95"]])
+                 if all("below95" in r for r in group) else torch.full_like(prefix, math.nan, dtype=torch.double))
+        values["below95"] = below
+        for length in ["all", *sorted(set(prefix.tolist()))]:  # the lengths there are
             keep = torch.ones_like(prefix, dtype=torch.bool) if length == "all" else prefix == length
             n = int(keep.sum())
             row: dict[str, Any] = {"table": table, "model": model, "prefix": str(length), "n": n}
@@ -256,11 +323,17 @@ def write_results(rows: list[dict[str, Any]], meta: dict[str, Any], stem: Path) 
         f"Command: `{meta['command']}`  ",
         f"Date: {meta['date']}  ",
         f"Machine: {meta['machine']}  ",
-        f"Split seeds: {meta['seeds']}; {meta['n_train']} training runs, {meta['n_test']} held-out "
-        f"runs per split (prefixes of 0..M-1 checkpoints); {NUM_PATHS} paths per run.  ",
+        (f"Split seeds: {meta['seeds']}; **selected split**: {meta['n_train']} runs, the best {KEEP:.0%} "
+         "at each checkpoint going on to the next; the model, fitted on all of them, predicts the "
+         f"final error of every run that stopped (prefix: checkpoints observed); {NUM_PATHS} paths "
+         "per run.  " if meta.get("split") == "selected" else
+         f"Split seeds: {meta['seeds']}; {meta['n_train']} training runs, {meta['n_test']} held-out "
+         f"runs per split (prefixes of 0..M-1 checkpoints); {NUM_PATHS} paths per run.  "),
         "Target: the observed **log** final error. Coverage of the central 50 % / 95 % "
         "intervals (target 45-55 % / 92-97 %), NLL per run (nats, log-error units), "
-        "pooled over held-out runs and seeds; ± is the binomial standard error.",
+        "pooled over held-out runs and seeds; ± is the binomial standard error. `below 95 %`: "
+        "share of finals below the 95 % interval (2.5 % if calibrated; blank in records made "
+        "before it was recorded).",
         "",
         "Models: `lognormal` = the policy's curve model, `curve_model_options()` (LogNormal(-4, 1) "
         "noise prior); `gamma` = the same with `noise_prior=\"gamma\"` (Gamma(1.1, 0.05)); "
@@ -276,14 +349,15 @@ def write_results(rows: list[dict[str, Any]], meta: dict[str, Any], stem: Path) 
         "The diagnosis on development data, and what the numbers below say: "
         "[calibration_diagnosis.md](calibration_diagnosis.md).",
         "",
-        "| table | model | prefix | n | cover 50 % | cover 95 % | NLL | fit s |",
-        "|---|---|---|---|---|---|---|---|",
+        "| table | model | prefix | n | cover 50 % | cover 95 % | below 95 % | NLL | fit s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['table']} | {r['model']} | {r['prefix']} | {r['n']} | "
             f"{r['coverage50']:.3f} ± {r['coverage50_se']:.3f} | "
-            f"{r['coverage95']:.3f} ± {r['coverage95_se']:.3f} | {r['nll']:.3f} | "
+            f"{r['coverage95']:.3f} ± {r['coverage95_se']:.3f} | "
+            f"{'' if math.isnan(r['below95']) else format(r['below95'], '.3f')} | {r['nll']:.3f} | "
             f"{r['fit_seconds']:.1f} |"
         )
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
@@ -319,19 +393,26 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--report", action="store_true", help="no fits: rewrite the report from the records file"
     )
     parser.add_argument("--seeds", nargs="*", type=int, default=list(SEEDS))
-    parser.add_argument("--out", type=Path, default=RESULTS / "calibration")
+    parser.add_argument("--split", choices=SPLITS, default="random",
+                        help="random: held-out runs with random prefixes; selected: runs stopped by how good they look")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="results stem (default: results/calibration, or calibration_selected)")
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = RESULTS / ("calibration" if args.split == "random" else "calibration_selected")
+    if args.split == "selected" and "exp_decay" in args.models:
+        parser.error("the selected split evaluates GPAR models only: drop exp_decay from --models")
     torch.set_num_threads(1)
     if args.quick:
         tables = {"synthetic_101": lambda: synthetic_problem(n=300, seed=101)}
-        seeds, n_train, n_test = args.seeds[:1], 40, 60
+        seeds, n_train, n_test = args.seeds[:1], (60 if args.split == "selected" else 40), 60
     else:
         known = {**TABLES, **DEVELOPMENT_TABLES}
         unknown_tables = [t for t in args.tables or () if t not in known]
         if unknown_tables:
             raise SystemExit(f"unknown tables {unknown_tables}; known: {list(known)}")
         tables = {k: known[k] for k in (args.tables or TABLES)}
-        seeds, n_train, n_test = args.seeds, N_TRAIN, N_TEST
+        seeds, n_train, n_test = args.seeds, (N_SELECTED if args.split == "selected" else N_TRAIN), N_TEST
     unknown = [m for m in args.models if m not in (*GPAR_VARIANTS, "exp_decay")]
     if unknown:
         raise SystemExit(f"unknown models {unknown}")
@@ -346,7 +427,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             for model in args.models:
                 if (name, seed, model) in done:
                     continue
-                record = evaluate(problem, seed, model, n_train, n_test)
+                record = evaluate(problem, seed, model, n_train, n_test, args.split)
                 record["table"] = name
                 records.append(record)
                 with open(records_path, "a") as f:
@@ -364,6 +445,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "seeds": seeds,
         "n_train": n_train,
         "n_test": n_test,
+        "split": args.split,
     }
     write_results(summarise(wanted), meta, args.out)
 

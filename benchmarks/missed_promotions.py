@@ -171,6 +171,26 @@ def summary_rows(
     return counts, left
 
 
+def spread_by_first_quartile(table: str, problem: TabularProblem) -> dict:
+    """How much runs change after the first checkpoint, by how good they were there.
+
+    The policy continues mostly runs that were good early, so its later conditionals
+    learn how such runs go on; this says whether the runs it leaves paused go on
+    differently. Errors are floored at 1e-3 before the log (as a zero is read).
+
+    Returns:
+        ``table`` and, per quartile ``Q1`` (lowest errors at the first checkpoint) to
+        ``Q4``, the standard deviation over the table's settings of the change of log
+        error from the first to the final checkpoint.
+    """
+    columns = torch.tensor(problem.checkpoints) - 1
+    log_error = problem.error[:, columns].clamp_min(1e-3).log()
+    first, change = log_error[:, 0].contiguous(), log_error[:, -1] - log_error[:, 0]
+    edges = torch.quantile(first, torch.tensor([0.25, 0.5, 0.75], dtype=first.dtype))
+    quartile = torch.bucketize(first, edges)
+    return {"table": table, **{f"Q{q + 1}": float(change[quartile == q].std()) for q in range(4)}}
+
+
 def plot(path: Path, results: dict[tuple[str, str], dict[int, list[dict]]]) -> None:
     """Per (table, model), the true final error against the predictive's 95 % interval for
     the table's ``TOP`` best settings wherever the policy left them paused."""
@@ -277,12 +297,19 @@ def main(argv: Sequence[str] | None = None) -> str:
         left += b
     args.out.mkdir(parents=True, exist_ok=True)
     name = "missed_promotions_quick" if args.quick else "missed_promotions"
+    spreads = [spread_by_first_quartile(t, problems[t]) for t in args.tables]
     body = NOTES + "\n\n## The table's best setting, where the policy left it paused\n\n"
     body += markdown_table(left) if left else "(nowhere)"
+    body += ("\n\n## How runs go on after the first checkpoint, by how good they were there\n\n"
+             "Standard deviation over each table's settings of the change of log error from the "
+             "first checkpoint to the final one, by quartile of the first checkpoint's error (Q1: "
+             "the best quarter, the runs the policy mostly continues; its later conditionals learn "
+             "from them). Where Q2-Q4 spread much more than Q1, a model fitted on the continued "
+             "runs is too sure about the paused ones.\n\n" + markdown_table(spreads, digits=3))
     write_results(
         args.out, name, "Where the policy's model put the final errors of the runs it left paused",
         counts, command_line(argv), list(range(args.seeds)), notes=body,
-        extra={"best_left_paused": left,
+        extra={"best_left_paused": left, "spread_by_first_quartile": spreads,
                "top_paused": {f"{t} {m}": {str(s): [p for p in r if p["final_rank"] < TOP] for s, r in by.items()}
                               for (t, m), by in results.items()}},
     )

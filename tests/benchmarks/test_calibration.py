@@ -40,11 +40,47 @@ def test_mixture_metrics_of_one_gaussian_are_its_closed_forms() -> None:
     metrics = calibration.mixture_metrics(mean, variance, target)
     assert metrics["coverage50"].tolist() == [1.0, 0.0, 0.0, 0.0]
     assert metrics["coverage95"].tolist() == [1.0, 1.0, 0.0, 0.0]
+    assert calibration.mixture_metrics(mean, variance, -target)["below95"].tolist() == [0.0, 0.0, 1.0, 1.0]
+    assert metrics["below95"].tolist() == [0.0, 0.0, 0.0, 0.0]  # above, not below
     expected = 0.5 * math.log(2 * math.pi * 4.0) + (target / 2) ** 2 / 2
     assert torch.allclose(metrics["nll"], expected)
     # A mixture of two identical components is the same Gaussian.
     twice = calibration.mixture_metrics(mean.expand(2, -1), variance.expand(2, -1), target)
     assert all(torch.allclose(twice[k], metrics[k]) for k in metrics)
+
+
+def test_selected_split_continues_the_best_share_at_each_checkpoint() -> None:
+    problem = synthetic_problem(n=120, seed=5)
+    X, Y, stopped, final = calibration.split_selected(problem, seed=3, n_runs=50, keep=0.6)
+    again = calibration.split_selected(problem, seed=3, n_runs=50, keep=0.6)
+    assert all(torch.equal(a.nan_to_num(-1), b.nan_to_num(-1)) for a, b in zip((X, Y, stopped, final), again))
+    length = (~Y.isnan()).sum(-1)
+    M = Y.shape[-1]
+    assert (length >= 1).all() and not ((~Y[:, 1:].isnan()) & Y[:, :-1].isnan()).any()
+    for k in range(1, M):  # of the runs at checkpoint k, the best ceil(0.6 n) went on
+        there = length >= k
+        went_on = length >= k + 1
+        assert int(went_on.sum()) == math.ceil(0.6 * int(there.sum()))
+        assert Y[went_on, k - 1].max() <= Y[there & ~went_on, k - 1].min()
+    assert torch.equal(stopped, (length < M).nonzero().squeeze(-1))
+    rows = (X[stopped].unsqueeze(1) == problem.X).all(-1).int().argmax(-1)
+    assert torch.equal(final, problem.error[rows, -1])
+    with pytest.raises(ValueError, match="keep"):
+        calibration.split_selected(problem, seed=0, n_runs=50, keep=1.0)
+
+
+def test_quick_selected_split_predicts_the_stopped_runs(tmp_path: Path) -> None:
+    out = tmp_path / "selected"
+    calibration.main(["--quick", "--split", "selected", "--models", "lognormal", "--out", str(out)])
+    records = [json.loads(x) for x in out.with_name("selected_records.jsonl").read_text().splitlines()]
+    assert [(r["split"], r["model"]) for r in records] == [("selected", "lognormal")]
+    problem = synthetic_problem(n=300, seed=101)
+    _, Y, stopped, _ = calibration.split_selected(problem, 0, 60)
+    assert records[0]["prefix"] == (~Y[stopped].isnan()).sum(-1).tolist()
+    assert len(records[0]["below95"]) == len(stopped)
+    assert "**selected split**: 60 runs" in out.with_suffix(".md").read_text()
+    with pytest.raises(SystemExit):  # no mixture of the reference model for stopped runs
+        calibration.main(["--quick", "--split", "selected", "--models", "exp_decay", "--out", str(out)])
 
 
 @pytest.mark.slow  # left out of CI for time (docs/testing.md)

@@ -74,3 +74,19 @@ def test_quick_report_and_bad_input(tmp_path) -> None:
         mp.main(["--seeds", "0", "--out", str(tmp_path)])
     with pytest.raises(SystemExit):  # no runs file
         mp.main(["--runs", str(tmp_path / "none.jsonl"), "--out", str(tmp_path)])
+
+
+def test_spread_by_first_quartile_is_the_change_after_the_first_checkpoint() -> None:
+    import dataclasses
+
+    problem = study.make_problem("quick")
+    # 8 settings, two per quartile of the first value; the changes to the final are known
+    first = torch.tensor([0.1, 0.1, 0.2, 0.2, 0.3, 0.3, 0.4, 0.4], dtype=torch.double)
+    factor = torch.tensor([1.0, 0.5, 1.0, 0.25, 1.0, 1.0, 0.5, 0.125], dtype=torch.double)
+    error = first.unsqueeze(-1).expand(8, problem.epochs).clone()
+    error[:, problem.checkpoints[-1] - 1] = first * factor
+    table = dataclasses.replace(problem, X=problem.X[:8], error=error, loss=error, true_final_error=None)
+    spread = mp.spread_by_first_quartile("toy", table)
+    change = factor.log()
+    for q in range(4):
+        assert spread[f"Q{q + 1}"] == pytest.approx(float(change[2 * q: 2 * q + 2].std()))
