@@ -40,7 +40,10 @@ with the table's known measurement noise (``GPARModel(measurement_noise=...)``:
 generator's ``GaussianNoise`` for the synthetic ones), which bounds each
 conditional's noise below by its targets' median measurement variance; ``exp_decay`` is BoTorch's ``SingleTaskMultiFidelityGP`` with the exponential-decay kernel
 (``benchmarks.bo.surrogates.FreezeThaw``; Gaussian predictive, prefixes of length 0
-predicted without data), a reference.
+predicted without data), a reference. ``laplace`` is a diagnostic of how much of the
+over-confidence is the point estimate of the hyperparameters: the policy's model with
+its later conditionals' hyperparameters drawn (``LAPLACE_DRAWS``) from the Laplace
+approximation of their posterior around the fit, the predictive mixed over the draws.
 
 Usage::
 
@@ -87,6 +90,8 @@ N_TRAIN, N_TEST = 80, 200
 #: on MNIST's 5 checkpoints, 16 on the funnel tables' 6). Fixed before any run of it.
 N_SELECTED, KEEP = 200, 0.6
 SPLITS = ("random", "selected")
+#: Hyperparameter draws of the ``laplace`` diagnostic (each with NUM_PATHS // LAPLACE_DRAWS paths).
+LAPLACE_DRAWS = 8
 NUM_PATHS = 256
 SEEDS = (0, 1, 2)
 def measured_options(problem: TabularProblem) -> dict[str, Any]:
@@ -101,6 +106,9 @@ GPAR_VARIANTS: Mapping[str, Callable[[TabularProblem], dict[str, Any]]] = {
     "lognormal": lambda problem: curve_model_options(),
     "gamma": lambda problem: curve_model_options(noise_prior="gamma"),
     "measured": measured_options,
+    # A diagnostic, not a model the package ships: the policy's model with its later
+    # conditionals' hyperparameters drawn from the Laplace approximation of their posterior.
+    "laplace": lambda problem: curve_model_options(),
 }
 TABLES: dict[str, Callable[[], TabularProblem]] = {
     "mnist": mnist_table,
@@ -216,6 +224,88 @@ def final_mixture(
     return paths.mean, paths.variance
 
 
+def laplace_draws(gp: Any, num_draws: int, generator: torch.Generator, step: float = 1e-4) -> Tensor:
+    r"""Draws of a fitted conditional's hyperparameters from the Laplace approximation of
+    their posterior: ``N(MAP, H^{-1})`` in the raw (unconstrained) parameters that the MAP
+    fit optimises, ``H`` the Hessian of the negative log marginal likelihood plus log
+    priors (GPyTorch's ``ExactMarginalLogLikelihood``), by central differences of its
+    exact gradient.
+
+    Returns:
+        ``num_draws x P`` raw parameter vectors, in ``gp.named_parameters()`` order.
+
+    Directions of non-positive curvature (where the fit is not a strict optimum) are
+    held at the fit.
+    """
+    from gpytorch.mlls import ExactMarginalLogLikelihood
+
+    params = [p for _, p in gp.named_parameters() if p.requires_grad]
+    theta = torch.cat([p.detach().reshape(-1) for p in params])
+
+    def gradient(at: Tensor) -> Tensor:
+        set_raw(gp, at)
+        gp.train()
+        gp.zero_grad()
+        mll = ExactMarginalLogLikelihood(gp.likelihood, gp)
+        loss = -mll(gp(*gp.train_inputs), gp.train_targets) * len(gp.train_targets)
+        loss.backward()
+        return torch.cat([p.grad.reshape(-1) if p.grad is not None else torch.zeros_like(p).reshape(-1)
+                          for p in params])
+
+    eye = torch.eye(len(theta), dtype=theta.dtype) * step
+    hessian = torch.stack([(gradient(theta + e) - gradient(theta - e)) / (2 * step) for e in eye], -1)
+    set_raw(gp, theta)
+    gp.eval()
+    gp.zero_grad()
+    eigenvalues, vectors = torch.linalg.eigh((hessian + hessian.T) / 2)
+    # Where the fit is not a strict optimum (curvature <= 0) the approximation does not
+    # exist: those directions are held at the fit rather than given an arbitrary width.
+    std = torch.where(eigenvalues > 0, eigenvalues.clamp_min(1e-300).rsqrt(), 0.0)
+    normals = torch.randn(num_draws, len(theta), generator=generator, dtype=theta.dtype)
+    return theta + (normals * std) @ vectors.T
+
+
+def set_raw(gp: Any, theta: Tensor) -> None:
+    """Load the raw parameter vector ``theta`` (``named_parameters`` order) into ``gp``."""
+    start = 0
+    with torch.no_grad():
+        for _, p in gp.named_parameters():
+            if p.requires_grad:
+                p.copy_(theta[start : start + p.numel()].view_as(p))
+                start += p.numel()
+    gp.prediction_strategy = None  # caches of the old hyperparameters
+
+
+def laplace_mixture(
+    model: GPARModel,
+    epochs: Sequence[int],
+    X_test: Tensor,
+    Y_test: Tensor,
+    add_prefixes: bool,
+    num_draws: int = LAPLACE_DRAWS,
+    seed: int = 0,
+) -> tuple[Tensor, Tensor]:
+    """``final_mixture`` averaged over draws of the later conditionals' hyperparameters
+    (outputs 2..M; ``laplace_draws``), ``NUM_PATHS // num_draws`` paths per draw. The
+    first conditional, fitted on every run, keeps its fit; the later conditionals'
+    inputs stay as fitted (the denoised earlier outputs of the MAP fit)."""
+    generator = torch.Generator().manual_seed(seed)
+    later = list(model.conditionals)[1:]
+    fitted = [torch.cat([p.detach().reshape(-1) for _, p in gp.named_parameters() if p.requires_grad])
+              for gp in later]
+    draws = [laplace_draws(gp, num_draws, generator) for gp in later]
+    means, variances = [], []
+    for k in range(num_draws):
+        for gp, theta in zip(later, draws):
+            set_raw(gp, theta[k])
+        mean, variance = final_mixture(model, epochs, X_test, Y_test, NUM_PATHS // num_draws, add_prefixes)
+        means.append(mean)
+        variances.append(variance)
+    for gp, theta in zip(later, fitted):
+        set_raw(gp, theta)
+    return torch.cat(means), torch.cat(variances)
+
+
 def mixture_metrics(means: Tensor, variances: Tensor, target: Tensor) -> dict[str, Tensor]:
     """Per-run interval coverage and NLL of ``target`` (``t``) under Gaussian mixtures
     with ``S x t`` component moments (``S = 1``: a Gaussian)."""
@@ -255,7 +345,8 @@ def evaluate(
     else:
         model = fit_curve_model(X, Y, GPAR_VARIANTS[model_name](problem))
         fit_seconds = time.perf_counter() - start
-        means, variances = final_mixture(
+        mixture = laplace_mixture if model_name == "laplace" else final_mixture
+        means, variances = mixture(
             model, problem.checkpoints, X_test, Y_test, add_prefixes=split_name == "random"
         )
     metrics = mixture_metrics(means, variances, final.log())
@@ -341,7 +432,9 @@ def write_results(rows: list[dict[str, Any]], meta: dict[str, Any], stem: Path) 
         "(`measurement_noise=`: `BinomialNoise(n_val)` on MNIST and digits, the generator's "
         "`GaussianNoise(0.005)` on the synthetic tables), a floor under each conditional's noise; "
         "`exp_decay` = BoTorch's `SingleTaskMultiFidelityGP` with the exponential-decay kernel "
-        "(reference; Gaussian).",
+        "(reference; Gaussian); `laplace` = the policy's model with its later conditionals' "
+        f"hyperparameters drawn {LAPLACE_DRAWS} times from the Laplace approximation of their "
+        "posterior (a diagnostic of the point estimates' share of the miss, not a shipped model).",
         "",
         "`fit s`: mean seconds per fit under the machine's load at the time (other sessions "
         "shared its 2 cores), not a speed measurement.",
