@@ -73,6 +73,7 @@ from typing import Any
 
 import torch
 from botorch.fit import fit_gpytorch_mll
+from linear_operator.utils.errors import NotPSDError
 from torch import Tensor
 
 from benchmarks.bo.harness import TabularProblem
@@ -284,26 +285,34 @@ def laplace_mixture(
     add_prefixes: bool,
     num_draws: int = LAPLACE_DRAWS,
     seed: int = 0,
-) -> tuple[Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, int]:
     """``final_mixture`` averaged over draws of the later conditionals' hyperparameters
     (outputs 2..M; ``laplace_draws``), ``NUM_PATHS // num_draws`` paths per draw. The
     first conditional, fitted on every run, keeps its fit; the later conditionals'
-    inputs stay as fitted (the denoised earlier outputs of the MAP fit)."""
+    inputs stay as fitted (the denoised earlier outputs of the MAP fit). A draw whose
+    covariance cannot be factorised is left out of the mixture and counted (the third
+    value returned)."""
     generator = torch.Generator().manual_seed(seed)
     later = list(model.conditionals)[1:]
     fitted = [torch.cat([p.detach().reshape(-1) for _, p in gp.named_parameters() if p.requires_grad])
               for gp in later]
     draws = [laplace_draws(gp, num_draws, generator) for gp in later]
-    means, variances = [], []
+    means, variances, failed = [], [], 0
     for k in range(num_draws):
         for gp, theta in zip(later, draws):
             set_raw(gp, theta[k])
-        mean, variance = final_mixture(model, epochs, X_test, Y_test, NUM_PATHS // num_draws, add_prefixes)
+        try:
+            mean, variance = final_mixture(model, epochs, X_test, Y_test, NUM_PATHS // num_draws, add_prefixes)
+        except NotPSDError:  # a draw whose covariance cannot be factorised: counted, left out
+            failed += 1
+            continue
         means.append(mean)
         variances.append(variance)
     for gp, theta in zip(later, fitted):
         set_raw(gp, theta)
-    return torch.cat(means), torch.cat(variances)
+    if not means:
+        raise RuntimeError(f"Every one of the {num_draws} Laplace draws failed to factorise.")
+    return torch.cat(means), torch.cat(variances), failed
 
 
 def mixture_metrics(means: Tensor, variances: Tensor, target: Tensor) -> dict[str, Tensor]:
@@ -345,10 +354,15 @@ def evaluate(
     else:
         model = fit_curve_model(X, Y, GPAR_VARIANTS[model_name](problem))
         fit_seconds = time.perf_counter() - start
-        mixture = laplace_mixture if model_name == "laplace" else final_mixture
-        means, variances = mixture(
-            model, problem.checkpoints, X_test, Y_test, add_prefixes=split_name == "random"
-        )
+        failed_draws = 0
+        if model_name == "laplace":
+            means, variances, failed_draws = laplace_mixture(
+                model, problem.checkpoints, X_test, Y_test, add_prefixes=split_name == "random", seed=seed
+            )
+        else:
+            means, variances = final_mixture(
+                model, problem.checkpoints, X_test, Y_test, add_prefixes=split_name == "random"
+            )
     metrics = mixture_metrics(means, variances, final.log())
     return {
         "table": problem.name,
@@ -356,6 +370,7 @@ def evaluate(
         "model": model_name,
         "split": split_name,
         "fit_seconds": fit_seconds,
+        **({"failed_draws": failed_draws} if model_name == "laplace" else {}),
         "prefix": (~Y_test.isnan()).sum(-1).tolist(),
         **{k: v.tolist() for k, v in metrics.items()},
     }
@@ -383,6 +398,7 @@ def summarise(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 row[k] = float(v[keep].mean())
             for k in ("coverage50", "coverage95"):
                 row[f"{k}_se"] = math.sqrt(row[k] * (1 - row[k]) / n)
+            row["failed_draws"] = sum(r.get("failed_draws", 0) for r in group)
             row["seeds"] = len(group)
             row["fit_seconds"] = sum(r["fit_seconds"] for r in group) / len(group)
             rows.append(row)
@@ -525,9 +541,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                 records.append(record)
                 with open(records_path, "a") as f:
                     f.write(json.dumps(record) + "\n")
+                failed = f", {record['failed_draws']} draws failed" if record.get("failed_draws") else ""
                 print(f"{name} seed {seed} {model}: cover95 "
                       f"{sum(record['coverage95']) / len(record['coverage95']):.3f} "
-                      f"({record['fit_seconds']:.1f} s fit)", flush=True)
+                      f"({record['fit_seconds']:.1f} s fit{failed})", flush=True)
     wanted = [r for r in records if r["table"] in tables and r["seed"] in seeds and r["model"] in args.models]
     command = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--report"]
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
