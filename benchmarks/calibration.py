@@ -225,45 +225,91 @@ def final_mixture(
     return paths.mean, paths.variance
 
 
-def laplace_draws(gp: Any, num_draws: int, generator: torch.Generator, step: float = 1e-4) -> Tensor:
-    r"""Draws of a fitted conditional's hyperparameters from the Laplace approximation of
-    their posterior: ``N(MAP, H^{-1})`` in the raw (unconstrained) parameters that the MAP
-    fit optimises, ``H`` the Hessian of the negative log marginal likelihood plus log
-    priors (GPyTorch's ``ExactMarginalLogLikelihood``), by central differences of its
-    exact gradient.
+def laplace_coordinates(gp: Any) -> tuple[Tensor, Tensor, Tensor]:
+    r"""Where a conditional's hyperparameters are drawn: per element of its trainable raw
+    parameters (``named_parameters`` order), the raw value, the lower bound below which
+    it may not go and whether it is drawn.
+
+    A raw parameter whose constraint has no transform (BoTorch's noise and length
+    scales: the raw value *is* the noise or length scale, kept above its bound by the
+    fit's box constraints) is drawn in ``log(raw - bound)``, so that every draw is a
+    valid value; one that sits on its bound (the fit pushed it there) has no curvature
+    there and is held at the fit. Other raw parameters (transformed, e.g. a softplus
+    outputscale, or unconstrained, e.g. a constant mean) are drawn as they are.
 
     Returns:
-        ``num_draws x P`` raw parameter vectors, in ``gp.named_parameters()`` order.
+        ``raw`` and ``bound`` (``-inf`` where none applies) and ``drawn`` (bool), each
+        of the length of the flat raw parameter vector.
+    """
+    raw, bound = [], []
+    for _, p, constraint in gp.named_parameters_and_constraints():
+        if not p.requires_grad:
+            continue
+        values = p.detach().reshape(-1)
+        lower = torch.full_like(values, -math.inf)
+        if constraint is not None and not constraint.enforced and hasattr(constraint, "lower_bound"):
+            lower = constraint.lower_bound.to(values).expand_as(values).clone()
+        raw.append(values)
+        bound.append(lower)
+    raw, bound = torch.cat(raw), torch.cat(bound)
+    at_bound = torch.isfinite(bound) & (raw - bound <= 1e-9 * bound.abs().clamp_min(1.0))
+    return raw, bound, ~at_bound
 
-    Directions of non-positive curvature (where the fit is not a strict optimum) are
-    held at the fit.
+
+def laplace_draws(gp: Any, num_draws: int, generator: torch.Generator, step: float = 1e-4) -> Tensor:
+    r"""Draws of a fitted conditional's hyperparameters from the Laplace approximation of
+    their posterior around the fit, in the coordinates of ``laplace_coordinates``
+    (``log(raw - bound)`` for bounded identity-constrained parameters, the raw value
+    otherwise): ``N(fit, H^{-1})`` there, ``H`` the Hessian of the negative log marginal
+    likelihood plus log priors (GPyTorch's ``ExactMarginalLogLikelihood`` times the
+    number of targets) in those coordinates, by central differences of its exact
+    gradient. The Jacobian of the change of coordinates is left out (the fit maximised
+    the posterior in the raw values, not in their logs). Directions whose curvature is
+    not clearly positive (eigenvalue at most ``1e-8`` of the largest) are held at the
+    fit, as are parameters on their bounds.
+
+    Returns:
+        ``num_draws x P`` raw parameter vectors, in ``gp.named_parameters()`` order, each
+        within its constraint.
     """
     from gpytorch.mlls import ExactMarginalLogLikelihood
 
     params = [p for _, p in gp.named_parameters() if p.requires_grad]
-    theta = torch.cat([p.detach().reshape(-1) for p in params])
+    raw, bound, drawn = laplace_coordinates(gp)
+    logged = torch.isfinite(bound) & drawn
 
-    def gradient(at: Tensor) -> Tensor:
-        set_raw(gp, at)
+    def to_raw(phi: Tensor) -> Tensor:
+        return torch.where(logged, bound + phi.exp(), phi)
+
+    phi0 = torch.where(logged, (raw - bound).clamp_min(1e-300).log(), raw)
+
+    def gradient(phi: Tensor) -> Tensor:
+        set_raw(gp, to_raw(phi))
         gp.train()
         gp.zero_grad()
         mll = ExactMarginalLogLikelihood(gp.likelihood, gp)
         loss = -mll(gp(*gp.train_inputs), gp.train_targets) * len(gp.train_targets)
         loss.backward()
-        return torch.cat([p.grad.reshape(-1) if p.grad is not None else torch.zeros_like(p).reshape(-1)
+        grad = torch.cat([p.grad.reshape(-1) if p.grad is not None else torch.zeros_like(p).reshape(-1)
                           for p in params])
+        return torch.where(logged, grad * phi.exp(), grad)  # chain rule through raw = bound + e^phi
 
-    eye = torch.eye(len(theta), dtype=theta.dtype) * step
-    hessian = torch.stack([(gradient(theta + e) - gradient(theta - e)) / (2 * step) for e in eye], -1)
-    set_raw(gp, theta)
+    index = drawn.nonzero().squeeze(-1)
+    columns = []
+    for i in index.tolist():
+        e = torch.zeros_like(phi0)
+        e[i] = step
+        columns.append(((gradient(phi0 + e) - gradient(phi0 - e)) / (2 * step))[index])
+    set_raw(gp, raw)
     gp.eval()
     gp.zero_grad()
+    hessian = torch.stack(columns, -1)
     eigenvalues, vectors = torch.linalg.eigh((hessian + hessian.T) / 2)
-    # Where the fit is not a strict optimum (curvature <= 0) the approximation does not
-    # exist: those directions are held at the fit rather than given an arbitrary width.
-    std = torch.where(eigenvalues > 0, eigenvalues.clamp_min(1e-300).rsqrt(), 0.0)
-    normals = torch.randn(num_draws, len(theta), generator=generator, dtype=theta.dtype)
-    return theta + (normals * std) @ vectors.T
+    std = torch.where(eigenvalues > 1e-8 * eigenvalues.max(), eigenvalues.clamp_min(1e-300).rsqrt(), 0.0)
+    normals = torch.randn(num_draws, len(index), generator=generator, dtype=raw.dtype)
+    phi = phi0.expand(num_draws, -1).clone()
+    phi[:, index] = phi0[index] + (normals * std) @ vectors.T
+    return to_raw(phi)
 
 
 def set_raw(gp: Any, theta: Tensor) -> None:
@@ -288,8 +334,10 @@ def laplace_mixture(
 ) -> tuple[Tensor, Tensor, int]:
     """``final_mixture`` averaged over draws of the later conditionals' hyperparameters
     (outputs 2..M; ``laplace_draws``), ``NUM_PATHS // num_draws`` paths per draw. The
-    first conditional, fitted on every run, keeps its fit; the later conditionals'
-    inputs stay as fitted (the denoised earlier outputs of the MAP fit). A draw whose
+    first conditional, fitted on every run, keeps its fit. Each conditional is drawn on
+    its own, its inputs taken as fixed (a block-diagonal approximation); with
+    ``add_prefixes`` the conditioning recomputes D-GPAR's denoised inputs under the drawn
+    hyperparameters, without it they stay those of the fit. A draw whose
     covariance cannot be factorised is left out of the mixture and counted (the third
     value returned)."""
     generator = torch.Generator().manual_seed(seed)
@@ -529,12 +577,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     records = []
     if records_path.exists():
         records = [json.loads(line) for line in records_path.read_text().splitlines() if line]
-    done = {(r["table"], r["seed"], r["model"]) for r in records}
+    done = {(r["table"], r["seed"], r["model"], r.get("split", "random")) for r in records}
     for name, make in tables.items() if not args.report else ():
         problem = make()
         for seed in seeds:
             for model in args.models:
-                if (name, seed, model) in done:
+                if (name, seed, model, args.split) in done:
                     continue
                 record = evaluate(problem, seed, model, n_train, n_test, args.split)
                 record["table"] = name
@@ -545,7 +593,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                 print(f"{name} seed {seed} {model}: cover95 "
                       f"{sum(record['coverage95']) / len(record['coverage95']):.3f} "
                       f"({record['fit_seconds']:.1f} s fit{failed})", flush=True)
-    wanted = [r for r in records if r["table"] in tables and r["seed"] in seeds and r["model"] in args.models]
+    wanted = [r for r in records if r["table"] in tables and r["seed"] in seeds and r["model"] in args.models
+              and r.get("split", "random") == args.split]
     command = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--report"]
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     meta = {

@@ -92,8 +92,20 @@ def test_laplace_mixture_draws_around_the_fit_and_restores_it() -> None:
     draws = calibration.laplace_draws(gp, 400, torch.Generator().manual_seed(0))
     theta = torch.cat([p.detach().reshape(-1) for _, p in gp.named_parameters() if p.requires_grad])
     assert draws.shape == (400, len(theta)) and not torch.equal(draws[0], draws[1])
-    spread = draws.std(0)
-    assert ((draws.mean(0) - theta).abs() <= 4 * spread / 20 + 1e-12).all()  # centred on the fit
+    raw, bound, drawn = calibration.laplace_coordinates(gp)
+    assert torch.equal(raw, theta) and bool(torch.isfinite(bound).any())  # noise, length scales
+    assert (draws > bound).all()  # every draw is a valid value (noise > its floor, ...)
+    assert (draws[:, ~drawn] == theta[~drawn]).all()  # on a bound: held at the fit
+    free = ~torch.isfinite(bound)  # drawn as they are: centred on the fit
+    spread = draws[:, free].std(0)
+    assert ((draws[:, free].mean(0) - theta[free]).abs() <= 4 * spread / 20 + 1e-12).all()
+    # a parameter put on its bound is held there
+    with torch.no_grad():
+        gp.likelihood.noise_covar.raw_noise.fill_(float(gp.likelihood.noise_covar.raw_noise_constraint.lower_bound))
+    held = calibration.laplace_draws(gp, 5, torch.Generator().manual_seed(0))
+    noise_at = calibration.laplace_coordinates(gp)[0].tolist().index(float(gp.likelihood.noise_covar.raw_noise))
+    assert (held[:, noise_at] == held[0, noise_at]).all()
+    calibration.set_raw(gp, theta)
     means, variances, failed = calibration.laplace_mixture(model, problem.checkpoints, X_test, Y_test, True)
     assert means.shape == variances.shape == (calibration.NUM_PATHS // calibration.LAPLACE_DRAWS * (calibration.LAPLACE_DRAWS - failed), 20)
     after = model.state_dict()
