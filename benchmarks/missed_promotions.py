@@ -52,7 +52,7 @@ from tqdm import tqdm
 from benchmarks.bo.harness import TabularProblem, simulate
 from benchmarks.freeze_thaw_study import REFERENCE, budget_of, canonical_table, load_runs, make_problem
 from benchmarks.report import RESULTS, command_line, markdown_table, write_results
-from gpar_bo.curve_model import curve_model_options
+from gpar_bo.curve_model import curve_model_options, floor_zeros
 from gpar_bo.freeze_thaw import FreezeThawPolicy
 
 #: Draws from each path's log-normal (``final_error_samples``): 128 paths x 8 draws.
@@ -121,7 +121,7 @@ def paused_predictions(trace: dict, problem: TabularProblem, model: str = "polic
         return []
     final = problem.error[:, -1]
     rank = final.argsort().argsort()
-    incumbent = float(Y[~Y[:, -1].isnan(), -1].min())
+    incumbent = float(floor_zeros(Y)[~Y[:, -1].isnan(), -1].min())  # as the policy reads a 0
     quantiles = torch.quantile(samples, torch.tensor([0.025, 0.5, 0.975], dtype=samples.dtype), dim=0)
     out = []
     for j, row in enumerate(rows.tolist()):

@@ -67,6 +67,8 @@ def test_selected_split_continues_the_best_share_at_each_checkpoint() -> None:
     assert torch.equal(final, problem.error[rows, -1])
     with pytest.raises(ValueError, match="keep"):
         calibration.split_selected(problem, seed=0, n_runs=50, keep=1.0)
+    with pytest.raises(ValueError, match="fewer than two"):  # 50 -> 5 -> 1: one run finishes
+        calibration.split_selected(problem, seed=0, n_runs=50, keep=0.1)
 
 
 def test_quick_selected_split_predicts_the_stopped_runs(tmp_path: Path) -> None:
