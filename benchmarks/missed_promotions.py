@@ -22,7 +22,9 @@ Nothing is rerun: the predictive is the end-of-run model's, not the one each dec
 used (the policy refits as data grow, so that model saw less). Model ``policy`` is the
 package's policy with its defaults, as the study runs it; ``measured`` is the same told
 the table's measurement noise (``curve_model_options(measurement_noise=...)``, the
-calibration benchmark's ``measured``), predicting from the same end-of-run states.
+calibration benchmark's ``measured``), predicting from the same end-of-run states;
+``laplace`` (``--models laplace``) is the policy's model fitted on the same state with the
+calibration benchmark's Laplace draws of its later conditionals' hyperparameters.
 
 The runs left paused are chosen by the model's own predictions, so they are where its
 errors matter: a predictive whose mean is off by more than its width says leaves good
@@ -59,12 +61,14 @@ from gpar_bo.freeze_thaw import FreezeThawPolicy
 NUM_DRAWS = 8
 #: The table's best settings looked at apart from the other paused runs.
 TOP = 10
-MODELS = ("policy", "measured")
+MODELS = ("policy", "measured", "laplace")
 
 
 def model_options(model: str, problem: TabularProblem) -> dict | None:
-    """``FreezeThawPolicy``'s ``gpar_options`` of a model name (``MODELS``)."""
-    if model == "policy":
+    """``FreezeThawPolicy``'s ``gpar_options`` of a model name (``MODELS``; ``laplace`` is
+    the policy's model with the calibration benchmark's Laplace draws of its later
+    conditionals' hyperparameters)."""
+    if model in ("policy", "laplace"):
         return None
     if problem.measurement_noise is None:
         raise ValueError(f"{problem.name} records no measurement noise; model {model!r} needs it.")
@@ -113,10 +117,13 @@ def paused_predictions(trace: dict, problem: TabularProblem, model: str = "polic
     rows = paused.nonzero().squeeze(-1)
     if len(rows) == 0:
         return []
-    policy = FreezeThawPolicy(problem.checkpoints, seed=int(trace["seed"]),
-                              gpar_options=model_options(model, problem))
     X = problem.X[settings]
-    samples = policy.final_error_samples(X, Y, rows, num_draws=NUM_DRAWS)
+    if model == "laplace":
+        samples = laplace_samples(X, Y, rows, problem, int(trace["seed"]))
+    else:
+        policy = FreezeThawPolicy(problem.checkpoints, seed=int(trace["seed"]),
+                                  gpar_options=model_options(model, problem))
+        samples = policy.final_error_samples(X, Y, rows, num_draws=NUM_DRAWS)
     if samples is None:
         return []
     final = problem.error[:, -1]
@@ -143,6 +150,25 @@ def paused_predictions(trace: dict, problem: TabularProblem, model: str = "polic
             "incumbent": incumbent,
         })
     return out
+
+
+def laplace_samples(X: torch.Tensor, Y: torch.Tensor, rows: torch.Tensor, problem: TabularProblem,
+                    seed: int) -> torch.Tensor | None:
+    """Samples of the final errors of runs ``rows`` under the policy's model fitted on the
+    reported runs (``benchmarks.calibration.fit_curve_model``), mixed over the Laplace
+    draws of its later conditionals' hyperparameters (``laplace_mixture``), ``NUM_DRAWS``
+    per path as ``final_error_samples`` draws them; None before two runs finished."""
+    from benchmarks.calibration import fit_curve_model, laplace_mixture
+
+    if int((~Y[:, -1].isnan()).sum()) < 2:
+        return None
+    reported = ~Y[:, 0].isnan()
+    model = fit_curve_model(X[reported], Y[reported], curve_model_options())
+    means, variances, _ = laplace_mixture(model, problem.checkpoints, X[rows], Y[rows],
+                                          add_prefixes=False, seed=seed)
+    generator = torch.Generator().manual_seed(seed)
+    normals = torch.randn(NUM_DRAWS, *means.shape, generator=generator, dtype=means.dtype)
+    return (means + variances.clamp_min(0.0).sqrt() * normals).exp().reshape(-1, len(rows))
 
 
 def summary_rows(
@@ -245,8 +271,10 @@ def main(argv: Sequence[str] | None = None) -> str:
     parser.add_argument("--seeds", type=int, default=20, help="the policy's runs with seeds 0..N-1")
     parser.add_argument("--runs", type=Path, default=RESULTS / "freeze_thaw_runs.jsonl",
                         help="the study's runs file")
-    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS),
-                        help="policy: the policy's defaults; measured: told the table's measurement noise")
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=["policy", "measured"],
+                        help="policy: the policy's defaults; measured: told the table's measurement noise; "
+                             "laplace: the policy's model with Laplace draws of its later conditionals' "
+                             "hyperparameters (benchmarks.calibration's diagnostic)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--quick", action="store_true",
                         help="simulate the policy on the study's tiny table (2 seeds); no runs file")
