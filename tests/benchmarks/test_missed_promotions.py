@@ -49,6 +49,10 @@ def test_paused_predictions_place_each_final_against_its_interval(problem) -> No
         side = ("below" if p["final_error"] < p["low"] else
                 "above" if p["final_error"] > p["high"] else "inside")
         assert p["side"] == side and 0 <= p["p_beats_incumbent"] <= 1
+    # the Laplace variant predicts the same paused runs from the same state
+    widened = mp.paused_predictions(trace, problem, "laplace")
+    assert [w["setting"] for w in widened] == [p["setting"] for p in predictions]
+    assert all(w["low"] <= w["median"] <= w["high"] for w in widened)
     # no model before two runs finished: nothing to say
     early = {"seed": 0, "trials": [{"setting": 1, "status": "stopped", "epochs": problem.checkpoints[0]}]}
     assert mp.paused_predictions(early, problem) == []
