@@ -284,12 +284,18 @@ def main(argv: Sequence[str] | None = None) -> str:
     torch.set_num_threads(1)
     if args.quick:
         args.tables, args.seeds = ["quick"], 2
+    if not args.quick and not args.runs.exists():
+        parser.error(f"no runs file {args.runs}: run benchmarks.freeze_thaw_study first")
     try:
         problems = {t: make_problem(t) for t in args.tables}
     except ValueError as error:
         parser.error(str(error))
-    if not args.quick and not args.runs.exists():
-        parser.error(f"no runs file {args.runs}: run benchmarks.freeze_thaw_study first")
+    for table in args.tables:
+        for model in args.models:
+            try:
+                model_options(model, problems[table])
+            except ValueError as error:
+                parser.error(str(error))
     traces: dict[str, dict[int, dict]] = {t: {} for t in args.tables}
     if args.quick:
         from benchmarks.bo.freeze_thaw import GPARFreezeThaw
@@ -298,20 +304,14 @@ def main(argv: Sequence[str] | None = None) -> str:
             trace = simulate(GPARFreezeThaw(), problems["quick"], seed, budget_of("quick", problems["quick"]))
             traces["quick"][seed] = trace.to_json()
     else:
+        wanted = {(canonical_table(t), budget_of(t, problems[t])): t for t in args.tables}
         for line in load_runs(args.runs):
-            for table in args.tables:
-                if (line["method"] == REFERENCE and line["table"] == canonical_table(table)
-                        and line["seed"] < args.seeds and line["budget"] == budget_of(table, problems[table])):
-                    traces[table][line["seed"]] = line["trace"]
+            table = wanted.get((line["table"], line["budget"]))
+            if table is not None and line["method"] == REFERENCE and line["seed"] < args.seeds:
+                traces[table][line["seed"]] = line["trace"]
         missing = [t for t, by_seed in traces.items() if len(by_seed) < args.seeds]
         if missing:
             parser.error(f"the runs file has fewer than {args.seeds} policy runs on {missing}")
-    for table in args.tables:
-        for model in args.models:
-            try:
-                model_options(model, problems[table])
-            except ValueError as error:
-                parser.error(str(error))
     results: dict[tuple[str, str], dict[int, list[dict]]] = {}
     jobs = [(t, m, s) for t in args.tables for m in args.models for s in sorted(traces[t])]
     for table, model, seed in tqdm(jobs, desc="runs", unit="run"):
