@@ -31,19 +31,20 @@ to the predictive without running the policy (a development tool for model chang
 development tables). Records also count finals below the 95 % interval (``below95``:
 the side on which a stopped run looks hopeless).
 
-Models: ``lognormal`` is the policy's curve model,
-:func:`gpar_bo.curve_model.curve_model_options` (D-GPAR-NL-X on log-error increments,
-``SingleTaskGP``'s LogNormal(-4, 1) noise prior); ``gamma`` is the same with
+Models: ``lognormal`` is the curve model with point estimates of its hyperparameters,
+``curve_model_options(hyperparameter_draws=0)`` (D-GPAR-NL-X on log-error increments,
+``SingleTaskGP``'s LogNormal(-4, 1) noise prior; the policy's model before 2026-11-29);
+``gamma`` is the same with
 ``noise_prior="gamma"`` (BoTorch's Gamma(1.1, 0.05)); ``measured`` is the curve model
 with the table's known measurement noise (``GPARModel(measurement_noise=...)``:
 ``BinomialNoise`` of the validation set for the MNIST and digits tables, the
 generator's ``GaussianNoise`` for the synthetic ones), which bounds each
 conditional's noise below by its targets' median measurement variance; ``exp_decay`` is BoTorch's ``SingleTaskMultiFidelityGP`` with the exponential-decay kernel
 (``benchmarks.bo.surrogates.FreezeThaw``; Gaussian predictive, prefixes of length 0
-predicted without data), a reference. ``laplace`` is a diagnostic of how much of the
-over-confidence is the point estimate of the hyperparameters: the policy's model with
-its later conditionals' hyperparameters drawn (``LAPLACE_DRAWS``) from the Laplace
-approximation of their posterior around the fit, the predictive mixed over the draws.
+predicted without data), a reference. ``laplace`` is the shipped curve model,
+``curve_model_options()``, which predicts over ``HYPERPARAMETER_DRAWS`` (8) draws of its
+later conditionals' hyperparameters from the Laplace approximation of their posterior
+(:mod:`gpar_bo.laplace`).
 
 Usage::
 
@@ -73,42 +74,37 @@ from typing import Any
 
 import torch
 from botorch.fit import fit_gpytorch_mll
-from linear_operator.utils.errors import NotPSDError
 from torch import Tensor
 
 from benchmarks.bo.harness import TabularProblem
-from benchmarks.bo.problems import funnel_table, mnist_table, synthetic_problem
+from benchmarks.bo.problems import MNIST_STUDY_CSV, funnel_table, mnist_table, synthetic_problem
 from benchmarks.bo.surrogates import FreezeThaw
-from gpar_bo.curve_model import curve_model_options, resolve_gpar_options
+from gpar_bo.curve_model import HYPERPARAMETER_DRAWS, curve_model_options, resolve_gpar_options
 from gpar_bo.freeze_thaw import FreezeThawIndex
 from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
 
 RESULTS = Path(__file__).resolve().parent / "results"
-STUDY_CSV = Path(__file__).resolve().parent / "data" / "mnist_curves_study.csv"
 N_TRAIN, N_TEST = 80, 200
 #: The selected split: runs, and the share of the runs at each checkpoint that go on to
 #: the next (so that about as many runs finish as in the policy's runs: 27 of 200 on
 #: MNIST's 5 checkpoints, 17 on the funnel tables' 6). Fixed before any run of it.
 N_SELECTED, KEEP = 200, 0.6
 SPLITS = ("random", "selected")
-#: Hyperparameter draws of the ``laplace`` diagnostic (each with NUM_PATHS // LAPLACE_DRAWS paths).
-LAPLACE_DRAWS = 8
 NUM_PATHS = 256
 SEEDS = (0, 1, 2)
 def measured_options(problem: TabularProblem) -> dict[str, Any]:
-    """The curve model told ``problem``'s measurement noise (which it must record)."""
+    """The curve model with point estimates told ``problem``'s measurement noise (which it
+    must record)."""
     if problem.measurement_noise is None:
         raise ValueError(f"{problem.name} records no measurement noise: the 'measured' model needs it.")
-    return curve_model_options(measurement_noise=problem.measurement_noise)
+    return curve_model_options(measurement_noise=problem.measurement_noise, hyperparameter_draws=0)
 
 
 #: GPAR models by name: the problem's options of each.
 GPAR_VARIANTS: Mapping[str, Callable[[TabularProblem], dict[str, Any]]] = {
-    "lognormal": lambda problem: curve_model_options(),
-    "gamma": lambda problem: curve_model_options(noise_prior="gamma"),
+    "lognormal": lambda problem: curve_model_options(hyperparameter_draws=0),
+    "gamma": lambda problem: curve_model_options(noise_prior="gamma", hyperparameter_draws=0),
     "measured": measured_options,
-    # A diagnostic, not a model the package ships: the policy's model with its later
-    # conditionals' hyperparameters drawn from the Laplace approximation of their posterior.
     "laplace": lambda problem: curve_model_options(),
 }
 TABLES: dict[str, Callable[[], TabularProblem]] = {
@@ -120,7 +116,7 @@ TABLES: dict[str, Callable[[], TabularProblem]] = {
 #: Development data (``--tables dev_...``, never in the default set): what the
 #: diagnosis in ``results/calibration_diagnosis.md`` was measured on.
 DEVELOPMENT_TABLES: dict[str, Callable[[], TabularProblem]] = {
-    "dev_mnist_study": lambda: mnist_table(path=STUDY_CSV),
+    "dev_mnist_study": lambda: mnist_table(path=MNIST_STUDY_CSV),
     **{f"dev_synthetic_{s}": (lambda s=s: synthetic_problem(n=1000, seed=s)) for s in (1, 2, 3)},
 }
 
@@ -227,144 +223,6 @@ def final_mixture(
     return paths.mean, paths.variance
 
 
-def laplace_coordinates(gp: Any) -> tuple[Tensor, Tensor, Tensor]:
-    r"""Where a conditional's hyperparameters are drawn: per element of its trainable raw
-    parameters (``named_parameters`` order), the raw value, the lower bound below which
-    it may not go and whether it is drawn.
-
-    A raw parameter whose constraint has no transform (BoTorch's noise and length
-    scales: the raw value *is* the noise or length scale, kept above its bound by the
-    fit's box constraints) is drawn in ``log(raw - bound)``, so that every draw is a
-    valid value; one that sits on its bound (the fit pushed it there) has no curvature
-    there and is held at the fit. Other raw parameters (transformed, e.g. a softplus
-    outputscale, or unconstrained, e.g. a constant mean) are drawn as they are.
-
-    Returns:
-        ``raw`` and ``bound`` (``-inf`` where none applies) and ``drawn`` (bool), each
-        of the length of the flat raw parameter vector.
-    """
-    raw, bound = [], []
-    for _, p, constraint in gp.named_parameters_and_constraints():
-        if not p.requires_grad:
-            continue
-        values = p.detach().reshape(-1)
-        lower = torch.full_like(values, -math.inf)
-        if constraint is not None and not constraint.enforced and hasattr(constraint, "lower_bound"):
-            lower = constraint.lower_bound.to(values).expand_as(values).clone()
-        raw.append(values)
-        bound.append(lower)
-    raw, bound = torch.cat(raw), torch.cat(bound)
-    at_bound = torch.isfinite(bound) & (raw - bound <= 1e-9 * bound.abs().clamp_min(1.0))
-    return raw, bound, ~at_bound
-
-
-def laplace_draws(gp: Any, num_draws: int, generator: torch.Generator, step: float = 1e-4) -> Tensor:
-    r"""Draws of a fitted conditional's hyperparameters from the Laplace approximation of
-    their posterior around the fit, in the coordinates of ``laplace_coordinates``
-    (``log(raw - bound)`` for bounded identity-constrained parameters, the raw value
-    otherwise): ``N(fit, H^{-1})`` there, ``H`` the Hessian of the negative log marginal
-    likelihood plus log priors (GPyTorch's ``ExactMarginalLogLikelihood`` times the
-    number of targets) in those coordinates, by central differences of its exact
-    gradient. The Jacobian of the change of coordinates is left out (the fit maximised
-    the posterior in the raw values, not in their logs). Directions whose curvature is
-    not clearly positive (eigenvalue at most ``1e-8`` of the largest) are held at the
-    fit, as are parameters on their bounds.
-
-    Returns:
-        ``num_draws x P`` raw parameter vectors, in ``gp.named_parameters()`` order, each
-        within its constraint.
-    """
-    from gpytorch.mlls import ExactMarginalLogLikelihood
-
-    params = [p for _, p in gp.named_parameters() if p.requires_grad]
-    raw, bound, drawn = laplace_coordinates(gp)
-    logged = torch.isfinite(bound) & drawn
-
-    def to_raw(phi: Tensor) -> Tensor:
-        return torch.where(logged, bound + phi.exp(), phi)
-
-    phi0 = torch.where(logged, (raw - bound).clamp_min(1e-300).log(), raw)
-
-    def gradient(phi: Tensor) -> Tensor:
-        set_raw(gp, to_raw(phi))
-        gp.train()
-        gp.zero_grad()
-        mll = ExactMarginalLogLikelihood(gp.likelihood, gp)
-        loss = -mll(gp(*gp.train_inputs), gp.train_targets) * len(gp.train_targets)
-        loss.backward()
-        grad = torch.cat([p.grad.reshape(-1) if p.grad is not None else torch.zeros_like(p).reshape(-1)
-                          for p in params])
-        return torch.where(logged, grad * phi.exp(), grad)  # chain rule through raw = bound + e^phi
-
-    index = drawn.nonzero().squeeze(-1)
-    columns = []
-    for i in index.tolist():
-        e = torch.zeros_like(phi0)
-        e[i] = step
-        columns.append(((gradient(phi0 + e) - gradient(phi0 - e)) / (2 * step))[index])
-    set_raw(gp, raw)
-    gp.eval()
-    gp.zero_grad()
-    hessian = torch.stack(columns, -1)
-    eigenvalues, vectors = torch.linalg.eigh((hessian + hessian.T) / 2)
-    std = torch.where(eigenvalues > 1e-8 * eigenvalues.max(), eigenvalues.clamp_min(1e-300).rsqrt(), 0.0)
-    normals = torch.randn(num_draws, len(index), generator=generator, dtype=raw.dtype)
-    phi = phi0.expand(num_draws, -1).clone()
-    phi[:, index] = phi0[index] + (normals * std) @ vectors.T
-    return to_raw(phi)
-
-
-def set_raw(gp: Any, theta: Tensor) -> None:
-    """Load the raw parameter vector ``theta`` (``named_parameters`` order) into ``gp``."""
-    start = 0
-    with torch.no_grad():
-        for _, p in gp.named_parameters():
-            if p.requires_grad:
-                p.copy_(theta[start : start + p.numel()].view_as(p))
-                start += p.numel()
-    gp.prediction_strategy = None  # caches of the old hyperparameters
-
-
-def laplace_mixture(
-    model: GPARModel,
-    epochs: Sequence[int],
-    X_test: Tensor,
-    Y_test: Tensor,
-    add_prefixes: bool,
-    num_draws: int = LAPLACE_DRAWS,
-    seed: int = 0,
-) -> tuple[Tensor, Tensor, int]:
-    """``final_mixture`` averaged over draws of the later conditionals' hyperparameters
-    (outputs 2..M; ``laplace_draws``), ``NUM_PATHS // num_draws`` paths per draw. The
-    first conditional, fitted on every run, keeps its fit. Each conditional is drawn on
-    its own, its inputs taken as fixed (a block-diagonal approximation); with
-    ``add_prefixes`` the conditioning recomputes D-GPAR's denoised inputs under the drawn
-    hyperparameters, without it they stay those of the fit. A draw whose
-    covariance cannot be factorised is left out of the mixture and counted (the third
-    value returned)."""
-    generator = torch.Generator().manual_seed(seed)
-    later = list(model.conditionals)[1:]
-    fitted = [torch.cat([p.detach().reshape(-1) for _, p in gp.named_parameters() if p.requires_grad])
-              for gp in later]
-    draws = [laplace_draws(gp, num_draws, generator) for gp in later]
-    means, variances, failed = [], [], 0
-    for k in range(num_draws):
-        for gp, theta in zip(later, draws):
-            set_raw(gp, theta[k])
-        try:
-            mean, variance = final_mixture(model, epochs, X_test, Y_test, NUM_PATHS // num_draws, add_prefixes)
-        except NotPSDError:  # a draw whose covariance cannot be factorised: counted, left out
-            failed += 1
-            continue
-        means.append(mean)
-        variances.append(variance)
-    for gp, theta in zip(later, fitted):
-        set_raw(gp, theta)
-    if not means:
-        raise RuntimeError(f"Every one of the {num_draws} Laplace draws failed to factorise.")
-    return torch.cat(means), torch.cat(variances), failed
-
-
 def mixture_metrics(means: Tensor, variances: Tensor, target: Tensor) -> dict[str, Tensor]:
     """Per-run interval coverage and NLL of ``target`` (``t``) under Gaussian mixtures
     with ``S x t`` component moments (``S = 1``: a Gaussian)."""
@@ -404,15 +262,9 @@ def evaluate(
     else:
         model = fit_curve_model(X, Y, GPAR_VARIANTS[model_name](problem))
         fit_seconds = time.perf_counter() - start
-        failed_draws = 0
-        if model_name == "laplace":
-            means, variances, failed_draws = laplace_mixture(
-                model, problem.checkpoints, X_test, Y_test, add_prefixes=split_name == "random", seed=seed
-            )
-        else:
-            means, variances = final_mixture(
-                model, problem.checkpoints, X_test, Y_test, add_prefixes=split_name == "random"
-            )
+        means, variances = final_mixture(
+            model, problem.checkpoints, X_test, Y_test, add_prefixes=split_name == "random"
+        )
     metrics = mixture_metrics(means, variances, final.log())
     return {
         "table": problem.name,
@@ -420,7 +272,6 @@ def evaluate(
         "model": model_name,
         "split": split_name,
         "fit_seconds": fit_seconds,
-        **({"failed_draws": failed_draws} if model_name == "laplace" else {}),
         "prefix": (~Y_test.isnan()).sum(-1).tolist(),
         **{k: v.tolist() for k, v in metrics.items()},
     }
@@ -448,7 +299,6 @@ def summarise(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 row[k] = float(v[keep].mean())
             for k in ("coverage50", "coverage95"):
                 row[f"{k}_se"] = math.sqrt(row[k] * (1 - row[k]) / n)
-            row["failed_draws"] = sum(r.get("failed_draws", 0) for r in group)
             row["seeds"] = len(group)
             row["fit_seconds"] = sum(r["fit_seconds"] for r in group) / len(group)
             rows.append(row)
@@ -492,15 +342,16 @@ def write_results(rows: list[dict[str, Any]], meta: dict[str, Any], stem: Path) 
         "share of finals below the 95 % interval (2.5 % if calibrated; blank in records made "
         "before it was recorded).",
         "",
-        "Models: `lognormal` = the policy's curve model, `curve_model_options()` (LogNormal(-4, 1) "
-        "noise prior); `gamma` = the same with `noise_prior=\"gamma\"` (Gamma(1.1, 0.05)); "
+        "Models: `lognormal` = the curve model with point estimates of its hyperparameters, "
+        "`curve_model_options(hyperparameter_draws=0)` (LogNormal(-4, 1) noise prior; the policy's "
+        "model before 2026-11-29); `gamma` = the same with `noise_prior=\"gamma\"` (Gamma(1.1, 0.05)); "
         "`measured` = the same with the table's known measurement noise "
         "(`measurement_noise=`: `BinomialNoise(n_val)` on MNIST and digits, the generator's "
         "`GaussianNoise(0.005)` on the synthetic tables), a floor under each conditional's noise; "
         "`exp_decay` = BoTorch's `SingleTaskMultiFidelityGP` with the exponential-decay kernel "
-        "(reference; Gaussian); `laplace` = the policy's model with its later conditionals' "
-        f"hyperparameters drawn {LAPLACE_DRAWS} times from the Laplace approximation of their "
-        "posterior (a diagnostic of the point estimates' share of the miss, not a shipped model).",
+        "(reference; Gaussian); `laplace` = the shipped curve model, `curve_model_options()` "
+        f"(since 2026-11-29), which predicts over {HYPERPARAMETER_DRAWS} draws of its later "
+        "conditionals' hyperparameters from the Laplace approximation of their posterior.",
         "",
         "`fit s`: mean seconds per fit under the machine's load at the time (other sessions "
         "shared its 2 cores), not a speed measurement.",
@@ -591,10 +442,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                 records.append(record)
                 with open(records_path, "a") as f:
                     f.write(json.dumps(record) + "\n")
-                failed = f", {record['failed_draws']} draws failed" if record.get("failed_draws") else ""
                 print(f"{name} seed {seed} {model}: cover95 "
                       f"{sum(record['coverage95']) / len(record['coverage95']):.3f} "
-                      f"({record['fit_seconds']:.1f} s fit{failed})", flush=True)
+                      f"({record['fit_seconds']:.1f} s fit)", flush=True)
     wanted = [r for r in records if r["table"] in tables and r["seed"] in seeds and r["model"] in args.models
               and r.get("split", "random") == args.split]
     command = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--report"]

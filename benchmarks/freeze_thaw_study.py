@@ -6,6 +6,9 @@ epoch accounting, on tables the policy was not tuned on:
 * ``101``, ``102``, ``103``: synthetic tables ``synthetic_problem(n=1000, seed=g)``
   (the policy was developed on generator seeds 1-3);
 * ``mnist``: the MNIST MLP table (21 epochs, checkpoints 1, 3, 7, 14, 21);
+* ``dev_mnist_study``: development data, never reported: the 291-setting MNIST study set
+  (``benchmarks/data/mnist_curves_study.csv``, as ``mnist``), where the policy's changes
+  are judged on real curves before the reported tables;
 * ``digits``, ``breast_cancer``: the funnel-MLP tables on scikit-learn's digits and
   breast cancer data (50 epochs), with the rows generated so far, or ``digits:N`` for
   the first ``N`` rows (the row count is part of each run's key, so runs on a table that
@@ -14,9 +17,12 @@ epoch accounting, on tables the policy was not tuned on:
 
 Methods: ``gpar_freeze_thaw`` (the package's ``FreezeThawPolicy`` with its defaults,
 through ``benchmarks.bo.freeze_thaw.GPARFreezeThaw``), ``gpar_freeze_thaw_full_refits``
-(the default before staged refits, 2026-11-28: every refit in one decision),
+(the default before staged refits, 2026-11-28: every refit in one decision, point
+estimates),
 ``gpar_freeze_thaw_measured`` (that earlier default told the table's measurement noise,
 a candidate), ``gpar_freeze_thaw_measured_staged`` (the default told it, a candidate),
+``gpar_freeze_thaw_point`` (the default before 2026-11-29, when its curve model began
+to predict over Laplace draws of its hyperparameters: point estimates),
 the harness's baselines (ASHA, one-epoch screening, random search, Optuna's
 TPE with its Hyperband pruner) and Syne Tune 0.13.0's BOHB, Hyper-Tune, MOBSTER and DyHPO
 through ``benchmarks.syne_tune.methods.run_syne_tune`` (its own virtualenv, see
@@ -61,21 +67,23 @@ from benchmarks.bo.analysis import (
 from benchmarks.bo.baselines import BASELINES, optuna_available
 from benchmarks.bo.freeze_thaw import (
     GPARFreezeThaw, GPARFreezeThawFullRefits, GPARFreezeThawMeasured, GPARFreezeThawMeasuredStaged,
+    GPARFreezeThawPoint,
 )
 from benchmarks.bo.harness import TabularProblem, simulate
-from benchmarks.bo.problems import FUNNEL_CSV, funnel_table, mnist_table, synthetic_problem
+from benchmarks.bo.problems import FUNNEL_CSV, MNIST_STUDY_CSV, funnel_table, mnist_table, synthetic_problem
 from benchmarks.report import RESULTS, command_line, exclusive, markdown_table, write_results
 
 REFERENCE = "gpar_freeze_thaw"
 HARNESS_METHODS: dict[str, Callable] = {
     REFERENCE: GPARFreezeThaw, GPARFreezeThawMeasured.name: GPARFreezeThawMeasured,
     GPARFreezeThawMeasuredStaged.name: GPARFreezeThawMeasuredStaged,
-    GPARFreezeThawFullRefits.name: GPARFreezeThawFullRefits, **BASELINES
+    GPARFreezeThawFullRefits.name: GPARFreezeThawFullRefits,
+    GPARFreezeThawPoint.name: GPARFreezeThawPoint, **BASELINES
 }
 #: Variants of the policy (candidates, and the earlier default): run only when named in
 #: ``--methods``.
 CANDIDATES = (GPARFreezeThawMeasured.name, GPARFreezeThawMeasuredStaged.name,
-              GPARFreezeThawFullRefits.name)
+              GPARFreezeThawFullRefits.name, GPARFreezeThawPoint.name)
 #: Syne Tune's schedulers by the names used here (its class names as values).
 SYNE_TUNE_METHODS = {
     "syne_bohb": "BOHB",
@@ -99,6 +107,8 @@ def make_problem(table: str) -> TabularProblem:
     name, rows = parse_table(table)
     if name == "mnist":
         return mnist_table()
+    if name == "dev_mnist_study":
+        return dataclasses.replace(mnist_table(path=MNIST_STUDY_CSV), name=name)
     if name in FUNNEL_CSV:
         problem = funnel_table(name)
         n = problem.X.shape[0]
@@ -125,7 +135,7 @@ def parse_table(table: str) -> tuple[str, int | None]:
     def number(text: str) -> bool:
         return text.isascii() and text.isdigit()
 
-    if not colon and (number(name) or name in ("mnist", "quick", *FUNNEL_CSV)):
+    if not colon and (number(name) or name in ("mnist", "dev_mnist_study", "quick", *FUNNEL_CSV)):
         return (str(int(name)) if number(name) else name), None
     if colon and name in FUNNEL_CSV and number(rows):
         return name, int(rows)

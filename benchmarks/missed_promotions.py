@@ -19,12 +19,15 @@ paused, its last value, the predictive's interval, its true final error and the
 predictive's probability of its ending below the run's incumbent.
 
 Nothing is rerun: the predictive is the end-of-run model's, not the one each decision
-used (the policy refits as data grow, so that model saw less). Model ``policy`` is the
-package's policy with its defaults, as the study runs it; ``measured`` is the same told
-the table's measurement noise (``curve_model_options(measurement_noise=...)``, the
-calibration benchmark's ``measured``), predicting from the same end-of-run states;
-``laplace`` (``--models laplace``) is the policy's model fitted on the same state with the
-calibration benchmark's Laplace draws of its later conditionals' hyperparameters.
+used (the policy refits as data grow, so that model saw less). The runs are those of
+``--method`` (default: the shipped policy, ``gpar_freeze_thaw``; or an earlier default,
+e.g. ``gpar_freeze_thaw_point``). Model ``policy`` is the package's policy with its
+defaults (its curve model predicts over Laplace draws of the later conditionals'
+hyperparameters); ``point`` is the same with point estimates
+(``curve_model_options(hyperparameter_draws=0)``, the default before 2026-11-29);
+``measured`` is ``point`` told the table's measurement noise
+(``curve_model_options(measurement_noise=..., hyperparameter_draws=0)``, the
+calibration benchmark's ``measured``), each predicting from the same end-of-run states.
 
 The runs left paused are chosen by the model's own predictions, so they are where its
 errors matter: a predictive whose mean is off by more than its width says leaves good
@@ -33,7 +36,7 @@ true conditional distribution given the data, choosing runs by the data does not
 the 2.5 % (the choice is a function of the data the predictive conditions on); for an
 over-confident one, it concentrates the misses in the paused runs.
 
-    python -m benchmarks.missed_promotions --seeds 20
+    python -m benchmarks.missed_promotions --method gpar_freeze_thaw_point --models point measured
     python -m benchmarks.missed_promotions --quick      # a tiny table, for the tests
 """
 
@@ -52,7 +55,9 @@ import torch
 from tqdm import tqdm
 
 from benchmarks.bo.harness import TabularProblem, simulate
-from benchmarks.freeze_thaw_study import REFERENCE, budget_of, canonical_table, load_runs, make_problem
+from benchmarks.freeze_thaw_study import (
+    CANDIDATES, REFERENCE, budget_of, canonical_table, load_runs, make_problem,
+)
 from benchmarks.report import RESULTS, command_line, markdown_table, write_results
 from gpar_bo.curve_model import curve_model_options, floor_zeros
 from gpar_bo.freeze_thaw import FreezeThawPolicy
@@ -61,18 +66,20 @@ from gpar_bo.freeze_thaw import FreezeThawPolicy
 NUM_DRAWS = 8
 #: The table's best settings looked at apart from the other paused runs.
 TOP = 10
-MODELS = ("policy", "measured", "laplace")
+MODELS = ("policy", "point", "measured")
+#: The methods of the study that run the package's policy (the default and earlier ones).
+POLICY_METHODS = (REFERENCE, *CANDIDATES)
 
 
 def model_options(model: str, problem: TabularProblem) -> dict | None:
-    """``FreezeThawPolicy``'s ``gpar_options`` of a model name (``MODELS``; ``laplace`` is
-    the policy's model with the calibration benchmark's Laplace draws of its later
-    conditionals' hyperparameters)."""
-    if model in ("policy", "laplace"):
+    """``FreezeThawPolicy``'s ``gpar_options`` of a model name (``MODELS``)."""
+    if model == "policy":
         return None
+    if model == "point":
+        return curve_model_options(hyperparameter_draws=0)
     if problem.measurement_noise is None:
         raise ValueError(f"{problem.name} records no measurement noise; model {model!r} needs it.")
-    return curve_model_options(measurement_noise=problem.measurement_noise)
+    return curve_model_options(measurement_noise=problem.measurement_noise, hyperparameter_draws=0)
 
 
 def end_state(trace: dict, problem: TabularProblem) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
@@ -118,12 +125,9 @@ def paused_predictions(trace: dict, problem: TabularProblem, model: str = "polic
     if len(rows) == 0:
         return []
     X = problem.X[settings]
-    if model == "laplace":
-        samples = laplace_samples(X, Y, rows, problem, int(trace["seed"]))
-    else:
-        policy = FreezeThawPolicy(problem.checkpoints, seed=int(trace["seed"]),
-                                  gpar_options=model_options(model, problem))
-        samples = policy.final_error_samples(X, Y, rows, num_draws=NUM_DRAWS)
+    policy = FreezeThawPolicy(problem.checkpoints, seed=int(trace["seed"]),
+                              gpar_options=model_options(model, problem))
+    samples = policy.final_error_samples(X, Y, rows, num_draws=NUM_DRAWS)
     if samples is None:
         return []
     final = problem.error[:, -1]
@@ -150,25 +154,6 @@ def paused_predictions(trace: dict, problem: TabularProblem, model: str = "polic
             "incumbent": incumbent,
         })
     return out
-
-
-def laplace_samples(X: torch.Tensor, Y: torch.Tensor, rows: torch.Tensor, problem: TabularProblem,
-                    seed: int) -> torch.Tensor | None:
-    """Samples of the final errors of runs ``rows`` under the policy's model fitted on the
-    reported runs (``benchmarks.calibration.fit_curve_model``), mixed over the Laplace
-    draws of its later conditionals' hyperparameters (``laplace_mixture``), ``NUM_DRAWS``
-    per path as ``final_error_samples`` draws them; None before two runs finished."""
-    from benchmarks.calibration import fit_curve_model, laplace_mixture
-
-    if int((~Y[:, -1].isnan()).sum()) < 2:
-        return None
-    reported = ~Y[:, 0].isnan()
-    model = fit_curve_model(X[reported], Y[reported], curve_model_options())
-    means, variances, _ = laplace_mixture(model, problem.checkpoints, X[rows], Y[rows],
-                                          add_prefixes=False, seed=seed)
-    generator = torch.Generator().manual_seed(seed)
-    normals = torch.randn(NUM_DRAWS, *means.shape, generator=generator, dtype=means.dtype)
-    return (means + variances.clamp_min(0.0).sqrt() * normals).exp().reshape(-1, len(rows))
 
 
 def summary_rows(
@@ -245,12 +230,13 @@ def plot(path: Path, results: dict[tuple[str, str], dict[int, list[dict]]]) -> N
     plt.close(fig)
 
 
-NOTES = f"""For every run of the policy (`{REFERENCE}`) in the study's runs file on a table, the
-state at the end of its budget is rebuilt from its trace and the package's
-`FreezeThawPolicy.final_error_samples` (GPAR on all the run's data, {NUM_DRAWS} draws from
-each of its 128 paths) predicts every paused run's final error: model `policy` with the
-policy's defaults (the model the study's runs decided with), `measured` the same told the
-table's measurement noise (a candidate; the runs were not made with it).
+NOTES = f"""For every run of a policy method (the command's `--method`, default `{REFERENCE}`)
+in the study's runs file on a table, the state at the end of its budget is rebuilt from its
+trace and the package's `FreezeThawPolicy.final_error_samples` (GPAR on all the run's data,
+{NUM_DRAWS} draws from each of its 128 paths) predicts every paused run's final error: model
+`policy` with the policy's defaults (its curve model predicts over Laplace draws of the
+later conditionals' hyperparameters), `point` with point estimates (the default before
+2026-11-29), `measured` point estimates told the table's measurement noise (a candidate).
 `below` / `inside` / `above`: shares of paused runs whose true final error fell below,
 inside or above the predictive's central 95 % interval (2.5 % / 95 % / 2.5 % if
 calibrated); `below` is the side on which a good run looks hopeless and is left paused.
@@ -271,10 +257,12 @@ def main(argv: Sequence[str] | None = None) -> str:
     parser.add_argument("--seeds", type=int, default=20, help="the policy's runs with seeds 0..N-1")
     parser.add_argument("--runs", type=Path, default=RESULTS / "freeze_thaw_runs.jsonl",
                         help="the study's runs file")
-    parser.add_argument("--models", nargs="+", choices=MODELS, default=["policy", "measured"],
-                        help="policy: the policy's defaults; measured: told the table's measurement noise; "
-                             "laplace: the policy's model with Laplace draws of its later conditionals' "
-                             "hyperparameters (benchmarks.calibration's diagnostic)")
+    parser.add_argument("--method", default=REFERENCE, choices=POLICY_METHODS,
+                        help=f"whose runs to read (default {REFERENCE}, the shipped policy)")
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=["policy"],
+                        help="policy: the policy's defaults; point: with point estimates of the "
+                             "hyperparameters (the default before 2026-11-29); measured: point, told "
+                             "the table's measurement noise")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--quick", action="store_true",
                         help="simulate the policy on the study's tiny table (2 seeds); no runs file")
@@ -307,11 +295,11 @@ def main(argv: Sequence[str] | None = None) -> str:
         wanted = {(canonical_table(t), budget_of(t, problems[t])): t for t in args.tables}
         for line in load_runs(args.runs):
             table = wanted.get((line["table"], line["budget"]))
-            if table is not None and line["method"] == REFERENCE and line["seed"] < args.seeds:
+            if table is not None and line["method"] == args.method and line["seed"] < args.seeds:
                 traces[table][line["seed"]] = line["trace"]
         missing = [t for t, by_seed in traces.items() if len(by_seed) < args.seeds]
         if missing:
-            parser.error(f"the runs file has fewer than {args.seeds} policy runs on {missing}")
+            parser.error(f"the runs file has fewer than {args.seeds} runs of {args.method} on {missing}")
     results: dict[tuple[str, str], dict[int, list[dict]]] = {}
     jobs = [(t, m, s) for t in args.tables for m in args.models for s in sorted(traces[t])]
     for table, model, seed in tqdm(jobs, desc="runs", unit="run"):

@@ -15,6 +15,10 @@ generation strategy (:func:`gpar_bo.ax.gpar_generation_strategy`) and early stop
   on the runs that reached that checkpoint) says "the curve goes on changing as curves
   did" instead of "the curve ends where the finished runs ended": while few runs have
   finished, a run's predicted final value starts from its own last value.
+* It predicts over ``HYPERPARAMETER_DRAWS`` (8) draws of the later conditionals'
+  hyperparameters from their Laplace approximation (:mod:`gpar_bo.laplace`): with point
+  estimates, its final-error intervals were over-confident on every table, most of all
+  for the runs a search leaves paused (``benchmarks/results/calibration_diagnosis.md``).
 
 The transform needs non-negative values (errors, losses); an exact zero, which an error
 measured on a finite validation set can be, is read as half the smallest positive value
@@ -32,6 +36,10 @@ import torch
 from torch import Tensor
 
 from gpar_bo.transformed import TriangularOutcomeTransform
+
+#: Hyperparameter draws of the curve model (each with an eighth of a posterior's sample
+#: paths; the freeze-thaw index's 128 paths give 16 per draw).
+HYPERPARAMETER_DRAWS = 8
 
 __all__ = ["LogIncrements", "curve_model_options", "floor_zeros", "from_increments",
            "resolve_gpar_options", "to_increments"]
@@ -131,10 +139,12 @@ def curve_model_options(**overrides: Any) -> dict[str, Any]:
 
     A new dict, with a new ``LogIncrements`` each call (a transform is a module of the
     model it is given to). Keyword arguments override or add options, e.g.
-    ``curve_model_options(noise_prior="gamma")`` or ``outcome_transform=None`` (for a
+    ``curve_model_options(noise_prior="gamma")``, ``hyperparameter_draws=0`` (point
+    estimates of the hyperparameters) or ``outcome_transform=None`` (for a
     metric that can be negative).
     """
-    return {"kernel": "NL-X", "denoise": True, "outcome_transform": LogIncrements(), **overrides}
+    return {"kernel": "NL-X", "denoise": True, "outcome_transform": LogIncrements(),
+            "hyperparameter_draws": HYPERPARAMETER_DRAWS, **overrides}
 
 
 def resolve_gpar_options(gpar_options: Mapping[str, Any] | None) -> dict[str, Any]:

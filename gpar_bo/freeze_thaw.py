@@ -218,7 +218,7 @@ class FinalPaths(NamedTuple):
     log_errors: Tensor  # S x b x M
     mean: Tensor  # S x b
     variance: Tensor  # S x b, with the final checkpoint's observation noise
-    noise: Tensor  # the final checkpoint's observation noise (log-error units)
+    noise: Tensor  # S x 1: the final checkpoint's observation noise (log-error units) per path
 
 
 class FreezeThawIndex(AcquisitionFunction):
@@ -269,7 +269,7 @@ class FreezeThawIndex(AcquisitionFunction):
         Returns:
             ``log_errors`` (``S x b x M``, the observed values on each prefix), and
             the final checkpoint's ``mean`` and ``variance`` (``S x b``) given the
-            path up to the second-last checkpoint, and that ``noise`` (a scalar).
+            path up to the second-last checkpoint, and that ``noise`` along each path (``S x 1``).
         """
         model, M = self.model, len(self.epochs)
         posterior = model.modelled_posterior(X.unsqueeze(-2), observation_noise=True)
@@ -291,7 +291,7 @@ class FreezeThawIndex(AcquisitionFunction):
         increments = torch.where(known, observed_values.nan_to_num(), samples)
         log_errors = from_increments(increments)
         final_mean = (log_errors[..., -2] if M > 1 else 0.0) + means[..., -1]
-        noise = posterior.predictors[M - 1].noise
+        noise = posterior.output_noise(M - 1, self.num_samples).unsqueeze(-1)
         return FinalPaths(log_errors, final_mean, variances[..., -1], noise)
 
     def index(self, X: Tensor, observed: Tensor) -> Tensor:

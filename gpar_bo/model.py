@@ -17,6 +17,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections.abc import Callable, Hashable, Sequence
 from copy import deepcopy
 from typing import Any, NamedTuple
@@ -39,6 +41,7 @@ from gpar_bo import conditionals as spec
 from gpar_bo.chain import ChainOptions, TrainingChain
 from gpar_bo.data import check_inputs, check_training_data, resolve_output_names
 from gpar_bo.kernels import Conventions, KernelFamily, input_kernels
+from gpar_bo.laplace import HyperparameterDraws, laplace_draws, trainable_raw
 from gpar_bo.posterior import GPARPosterior
 from gpar_bo.prediction import output_scaling
 from gpar_bo.prepared import PredictorCache
@@ -119,6 +122,13 @@ class GPARModel(Model):
             Gamma(1.1, 0.05), nearly flat over [0, 1]), for outputs that may be
             largely noise (see ``conditionals.NOISE_PRIORS`` and ``docs/model.md``).
             The paper's conventions have no noise prior.
+        hyperparameter_draws: Predict with the mixture over this many draws of every
+            later conditional's hyperparameters (outputs 2..M) from the Laplace
+            approximation of their posterior, drawn when the conditional is fitted
+            (see :mod:`gpar_bo.laplace`); 0 (default) predicts with the fitted values.
+            The first conditional, fitted on every run, keeps its fit. Sample ``s``
+            of ``S`` uses draw ``floor(s K / S)`` (contiguous blocks of the
+            quasi-random normals), so ask for at least ``K`` samples.
         measurement_noise: The known sampling noise of the measured values, a
             callable from ``n x M`` values to their variances (e.g.
             ``gpar_bo.measurement.BinomialNoise(num_examples)`` for error rates on
@@ -147,6 +157,7 @@ class GPARModel(Model):
         conventions: Conventions | str = Conventions.BOTORCH,
         noise_prior: str = "lognormal",
         measurement_noise: Callable[[Tensor], Tensor] | None = None,
+        hyperparameter_draws: int = 0,
     ) -> None:
         super().__init__()
         # Everything but the data, to rebuild the model on more data.
@@ -163,10 +174,13 @@ class GPARModel(Model):
             "conventions": conventions,
             "noise_prior": noise_prior,
             "measurement_noise": measurement_noise,
+            "hyperparameter_draws": hyperparameter_draws,
         }
         observed = check_training_data(train_X, train_Y, impute=impute)
         if markov is not None and markov < 0:
             raise ValueError(f"markov must be None or >= 0; got {markov}.")
+        if hyperparameter_draws < 0:
+            raise ValueError(f"hyperparameter_draws must be >= 0; got {hyperparameter_draws}.")
         if num_inducing is not None and num_inducing < 1:
             raise ValueError(f"num_inducing must be None or >= 1; got {num_inducing}.")
         self.output_names = resolve_output_names(output_names, train_Y.shape[-1])
@@ -229,6 +243,12 @@ class GPARModel(Model):
         for m in range(self.num_outputs):
             self.conditionals.append(self._chain.new_conditional(m, self.conditionals))
             self._chain.feed(m, self.conditionals[m])
+        self.num_hyperparameter_draws = hyperparameter_draws
+        # Per later conditional (index m - 1), its draws (NaN until it is fitted).
+        self.hyperparameter_draws = ModuleList(
+            HyperparameterDraws(hyperparameter_draws, len(trainable_raw(gp)), train_X.dtype)
+            for gp in list(self.conditionals)[1:]
+        ) if hyperparameter_draws else ModuleList()
 
     # ------------------------------------------------------------------ shape
     @property
@@ -324,9 +344,30 @@ class GPARModel(Model):
                     f"Fitting the conditional of output {self.output_names[m]!r} "
                     f"failed: {error}"
                 ) from error
+            if m and self.num_hyperparameter_draws:
+                self._draw_hyperparameters(m)
             chain.feed(m, gp)
         self.eval()
         return mll
+
+    def _draw_hyperparameters(self, m: int) -> None:
+        """Draw conditional ``m``'s hyperparameters around its fit (``hyperparameter_draws``).
+
+        Seeded by ``m``, so a fit's draws are reproducible. A Hessian that cannot be
+        computed leaves the conditional predicting with its fit, with a warning.
+        """
+        draws = self.hyperparameter_draws[m - 1]
+        generator = torch.Generator().manual_seed(m)
+        try:
+            draws.raw = laplace_draws(self.conditionals[m], self.num_hyperparameter_draws, generator)
+        except Exception as error:  # e.g. a non-finite Hessian at a degenerate fit
+            warnings.warn(
+                f"No hyperparameter draws for output {self.output_names[m]!r} ({error}); "
+                "it predicts with its fitted hyperparameters.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            draws.raw = torch.full_like(draws.raw, math.nan)
 
     def conditional_log_evidences(self, standardized: bool = False) -> Tensor:
         r"""``log p(y_m | y_{<m}, x)`` of every conditional's training data.
@@ -447,6 +488,8 @@ class GPARModel(Model):
             self.observed,
             self.fed_Y,
             self.denoise,
+            [None] + [d.raw if d.drawn else None for d in self.hyperparameter_draws]
+            if self.num_hyperparameter_draws else (),
         )
         return GPARPosterior(prepared, X, indices, bool(observation_noise))
 

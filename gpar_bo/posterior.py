@@ -25,7 +25,7 @@ from linear_operator.utils.warnings import NumericalWarning
 from torch import Tensor
 from torch.quasirandom import SobolEngine
 
-from gpar_bo.prediction import Features
+from gpar_bo.prediction import ConditionalPredictor, Features
 from gpar_bo.prepared import PreparedConditionals
 
 #: Sample paths behind ``GPARPosterior.mean`` and ``.variance``.
@@ -73,8 +73,13 @@ class GPARPosterior(MomentsPosterior):
     ``condition_on_observations``) feed their observed values forward instead
     of samples, so their later outputs are conditioned on what they have shown.
 
-    ``mean`` and ``variance`` are exact for output 1 and for outputs whose
-    earlier outputs are all observed. Otherwise they are Rao-Blackwellised
+    With hyperparameter draws (``GPARModel(..., hyperparameter_draws=K)``) the
+    posterior is the mixture over the draws: the samples are split into ``K``
+    contiguous blocks, each drawn with one draw's chain of predictors
+    (``prepared.chains``).
+
+    Without hyperparameter draws, ``mean`` and ``variance`` are exact for output 1
+    and for outputs whose earlier outputs are all observed. Otherwise they are Rao-Blackwellised
     Monte Carlo estimates over ``NUM_MOMENT_SAMPLES`` (256) fixed quasi-random
     sample paths per point (points are treated separately, so the cost is
     linear in q): the average of the conditional means, and the average
@@ -103,6 +108,7 @@ class GPARPosterior(MomentsPosterior):
         self.X = X
         self.num_sampled = max(output_indices) + 1
         self.predictors = list(prepared.predictors[: self.num_sampled])
+        self.chains = [list(chain[: self.num_sampled]) for chain in prepared.chains]
         self.windows = [list(w) for w in prepared.windows[: self.num_sampled]]
         prefix_values, prefix_mask = prepared.observed_prefix(X)
         self.prefix_mask = prefix_mask[..., : self.num_sampled]
@@ -182,6 +188,15 @@ class GPARPosterior(MomentsPosterior):
             raise RuntimeError("`sample_shape` disagrees with `base_samples`.")
         return self._propagate(sample_shape, base_samples)
 
+    def output_noise(self, m: int, num_samples: int) -> Tensor:
+        """Output ``m``'s observation noise along each of ``num_samples`` sample paths
+        (the noise of the chain of predictors, i.e. the hyperparameter draw, that
+        draws each path): a ``num_samples`` tensor."""
+        rows = _chain_rows(num_samples, len(self.chains))
+        return torch.cat([
+            chain[m].noise.reshape(1).expand(r.stop - r.start) for chain, r in zip(self.chains, rows)
+        ])
+
     def _shared_points(self, base_samples: Tensor, sample_ndim: int) -> Tensor:
         """Which points every t-batch shares, with shared normals.
 
@@ -258,24 +273,31 @@ class GPARPosterior(MomentsPosterior):
         eps = base_samples.expand(sample_shape + self.base_sample_shape).reshape(s, b, q, M)
         X, mask, values = X.reshape(b, q, d), mask.reshape(b, q, M), values.reshape(b, q, M)
         flags = {"denoise": self.denoise, "observation_noise": self.observation_noise}
-        shared = _Block(X[0, :k], mask[0, :k], values[0, :k], eps[:, 0, :k], **flags)
-        rest = _Block(X[:, k:], mask[:, k:], values[:, k:], eps[:, :, k:], **flags)
-        factors: _Factors = []
-        if k:
-            shared, factors = self._shared_chain(shared, constant=q > k and b > 1)
-        if q > k:
-            self._sample_rest(rest, shared, factors)
-        parts = [shared.stacked(s, b)] if k else []
-        parts += [rest.stacked(s, b)] if q > k else []
+        drawn = []  # per chain of predictors: its samples' results, s_c x b x q x M
+        for c, rows in enumerate(_chain_rows(s, len(self.chains))):
+            if rows.start == rows.stop:
+                continue
+            e = eps[rows]
+            shared = _Block(X[0, :k], mask[0, :k], values[0, :k], e[:, 0, :k], **flags)
+            rest = _Block(X[:, k:], mask[:, k:], values[:, k:], e[:, :, k:], **flags)
+            factors: _Factors = []
+            if k:
+                shared, factors = self._shared_chain(shared, q > k and b > 1, c)
+            if q > k:
+                self._sample_rest(rest, shared, factors, self.chains[c])
+            parts = [shared.stacked(len(e), b)] if k else []
+            parts += [rest.stacked(len(e), b)] if q > k else []
+            drawn.append([torch.cat([part[i] for part in parts], dim=-2) for i in range(3)])
         out_shape = sample_shape + batch_shape + torch.Size([q, M])
-        results = (torch.cat([part[i] for part in parts], dim=-2) for i in range(3))
+        results = (torch.cat([chain[i] for chain in drawn]) for i in range(3))
         if reorder:  # back to the caller's order of points
             inverse = torch.argsort(order)
             results = (r.index_select(-2, inverse) for r in results)
         return tuple(r.reshape(out_shape) for r in results)
 
-    def _shared_chain(self, block: _Block, constant: bool) -> _SharedDraw:
-        """Sample the shared block through every output, or reuse the last draw.
+    def _shared_chain(self, block: _Block, constant: bool, c: int) -> _SharedDraw:
+        """Sample the shared block through every output with chain ``c`` of
+        predictors, or reuse the chain's last draw.
 
         With ``constant`` (candidates that vary over t-batches follow the
         block), the block is a constant of the candidates, as BoTorch's
@@ -283,18 +305,19 @@ class GPARPosterior(MomentsPosterior):
         and an ``optimize_acqf`` call, whose shared points and normals stay
         fixed while candidates move, draws it once (``shared_draws``).
         """
+        predictors = self.chains[c]
         if not constant:
-            return block, self._sample_shared(block)
+            return block, self._sample_shared(block, predictors)
         noise_flag = torch.tensor(self.observation_noise)
         key = (block.X, block.mask, block.values, block.eps, noise_flag)
-        cached = self.prepared.shared_draws.lookup(key)
+        cached = self.prepared.shared_draws.lookup(key, slot=c)
         if cached is None:
             with torch.no_grad():
-                cached = block, self._sample_shared(block)
-            self.prepared.shared_draws.store(key, cached)
+                cached = block, self._sample_shared(block, predictors)
+            self.prepared.shared_draws.store(key, cached, slot=c)
         return cached
 
-    def _sample_shared(self, block: _Block) -> _Factors:
+    def _sample_shared(self, block: _Block, predictors: Sequence[ConditionalPredictor]) -> _Factors:
         """Draw the block's chain jointly over its points, output by output.
 
         Returns:
@@ -303,7 +326,7 @@ class GPARPosterior(MomentsPosterior):
         """
         factors = []
         for m in range(self.num_sampled):
-            predictor = self.predictors[m]
+            predictor = predictors[m]
             features = predictor.features(block.inputs(self.windows[m]))
             covar = predictor.covariance(features, features)
             eye = torch.eye(covar.shape[-1], dtype=covar.dtype, device=covar.device)
@@ -320,7 +343,13 @@ class GPARPosterior(MomentsPosterior):
             factors.append((features, chol_f, chol_y))
         return factors
 
-    def _sample_rest(self, block: _Block, shared: _Block, factors: _Factors) -> None:
+    def _sample_rest(
+        self,
+        block: _Block,
+        shared: _Block,
+        factors: _Factors,
+        predictors: Sequence[ConditionalPredictor],
+    ) -> None:
         """Draw the t-batched block's chain, conditionally on the shared block's draw.
 
         Args:
@@ -328,10 +357,11 @@ class GPARPosterior(MomentsPosterior):
             shared: The shared block, already drawn (possibly empty).
             factors: Per output, the shared block's features and Cholesky
                 factors (see ``_sample_shared``; empty without shared points).
+            predictors: The chain of predictors to draw with.
         """
         k, q_c = shared.X.shape[-2], block.X.shape[-2]
         for m in range(self.num_sampled):
-            predictor = self.predictors[m]
+            predictor = predictors[m]
             Z = block.inputs(self.windows[m])  # (1 | s) x b x q_c x D
             features = predictor.features(Z)
             variance = predictor.variance(features)
@@ -471,6 +501,15 @@ class _Block:
             )
             for values in (self.reported, self.cond_means, self.cond_vars)
         )
+
+
+def _chain_rows(num_samples: int, num_chains: int) -> list[slice]:
+    """Which samples each chain of predictors draws: contiguous blocks, as equal as
+    they can be (the first ``num_samples % num_chains`` one larger); a block of a
+    Sobol sequence is itself well spread."""
+    sizes = [num_samples // num_chains + (c < num_samples % num_chains) for c in range(num_chains)]
+    starts = [sum(sizes[:c]) for c in range(num_chains)]
+    return [slice(start, start + size) for start, size in zip(starts, sizes)]
 
 
 def _common_leading(a: Features, b: Features) -> tuple[Features, Features]:

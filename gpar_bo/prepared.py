@@ -9,16 +9,20 @@ asks for many posteriors of the same model.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
+from copy import deepcopy
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
 
 import torch
 from botorch.models import SingleTaskGP
+from linear_operator.utils.errors import NotPSDError
 from torch import Tensor
 
 from gpar_bo.conditionals import conditional_inputs
+from gpar_bo.laplace import set_trainable_raw, trainable_raw
 from gpar_bo.prediction import ConditionalPredictor
 
 
@@ -37,9 +41,10 @@ def same_tensors(a: Sequence[Tensor], b: Sequence[Tensor]) -> bool:
 
 
 class SharedBlockCache:
-    """The last draw of the points shared by all t-batches, with its key.
+    """The last draw of the points shared by all t-batches, with its key, per chain
+    of predictors (``slot``; one per hyperparameter draw).
 
-    One entry suffices: within an ``optimize_acqf`` call the shared points
+    One entry per chain suffices: within an ``optimize_acqf`` call the shared points
     (qLogNEI's baseline, ``X_pending``) and their normals stay fixed while the
     candidates move, so every evaluation after the first reuses the draw. The
     entry holds what one call computes anyway (per output, ``s x k x k``
@@ -49,17 +54,16 @@ class SharedBlockCache:
     """
 
     def __init__(self) -> None:
-        self._key: tuple[Tensor, ...] = ()
-        self._value: Any = None
+        self._entries: dict[int, tuple[tuple[Tensor, ...], Any]] = {}
 
-    def lookup(self, key: tuple[Tensor, ...]) -> Any:
-        """The stored draw if ``key`` equals the stored key elementwise, else None."""
-        return self._value if same_tensors(key, self._key) else None
+    def lookup(self, key: tuple[Tensor, ...], slot: int = 0) -> Any:
+        """The draw stored in ``slot`` if ``key`` equals its key elementwise, else None."""
+        stored_key, value = self._entries.get(slot, ((), None))
+        return value if same_tensors(key, stored_key) else None
 
-    def store(self, key: tuple[Tensor, ...], value: Any) -> None:
+    def store(self, key: tuple[Tensor, ...], value: Any, slot: int = 0) -> None:
         # Copies: the caller may reuse (e.g. refill) the key tensors in place.
-        self._key = tuple(t.detach().clone() for t in key)
-        self._value = value
+        self._entries[slot] = (tuple(t.detach().clone() for t in key), value)
 
 
 @dataclass(frozen=True)
@@ -67,7 +71,11 @@ class PreparedConditionals:
     """Everything a ``GPARPosterior`` needs from the model, fixed at preparation.
 
     Attributes:
-        predictors: Each conditional's predictor, in output order.
+        predictors: Each conditional's predictor with its fitted hyperparameters, in
+            output order.
+        chains: The chains of predictors samples are drawn with: one per
+            hyperparameter draw (see ``GPARModel``'s ``hyperparameter_draws``), or
+            ``(predictors,)``.
         windows: For each conditional, the earlier outputs it sees.
         train_X: The ``n x d`` training inputs.
         observed: ``n x M`` bool, True where a training run observed an output.
@@ -80,6 +88,7 @@ class PreparedConditionals:
     """
 
     predictors: tuple[ConditionalPredictor, ...]
+    chains: tuple[tuple[ConditionalPredictor, ...], ...]
     windows: tuple[tuple[int, ...], ...]
     train_X: Tensor
     observed: Tensor
@@ -135,6 +144,7 @@ class PredictorCache:
         observed: Tensor,
         fed_Y: Tensor,
         denoise: bool,
+        draws: Sequence[Tensor | None] = (),
     ) -> PreparedConditionals:
         """The prepared conditionals, rebuilt only if anything they depend on changed.
 
@@ -145,23 +155,36 @@ class PredictorCache:
             observed: ``n x M`` bool observation mask.
             fed_Y: ``n x M`` values fed into later conditionals.
             denoise: Whether later conditionals see latent values.
+            draws: Per conditional, ``K x P`` hyperparameter draws (``trainable_raw``
+                vectors) or None (it keeps its fit in every chain); empty: no draws.
         """
         conditionals = list(conditionals)
+        drawn = [d for d in draws if d is not None]
         state = [
             t.detach() for gp in conditionals for t in chain(gp.parameters(), gp.buffers())
-        ] + [train_X, observed, fed_Y]
+        ] + [train_X, observed, fed_Y] + drawn
         if (
             self._prepared is None
             or len(conditionals) != len(self._conditionals)
             or any(a is not b for a, b in zip(conditionals, self._conditionals))
             or not same_tensors(state, self._state)
         ):
-            predictors = tuple(
-                ConditionalPredictor(gp, conditional_inputs(train_X, fed_Y, w, observed[:, m]))
-                for m, (gp, w) in enumerate(zip(conditionals, windows))
-            )
+            inputs = [conditional_inputs(train_X, fed_Y, w, observed[:, m])
+                      for m, w in enumerate(windows)]
+            predictors = tuple(ConditionalPredictor(gp, x) for gp, x in zip(conditionals, inputs))
+            chains = (predictors,)
+            if drawn:
+                num_draws = len(drawn[0])
+                chains = tuple(
+                    tuple(
+                        predictor if theta is None else _drawn_predictor(gp, x, theta[k], predictor)
+                        for predictor, gp, x, theta in zip(predictors, conditionals, inputs, draws)
+                    )
+                    for k in range(num_draws)
+                )
             self._prepared = PreparedConditionals(
                 predictors=predictors,
+                chains=chains,
                 windows=tuple(tuple(w) for w in windows),
                 train_X=train_X.clone(),
                 observed=observed.clone(),
@@ -171,3 +194,26 @@ class PredictorCache:
             self._conditionals = conditionals
             self._state = [t.clone() for t in state]
         return self._prepared
+
+
+def _drawn_predictor(
+    gp: SingleTaskGP, inputs: Tensor, theta: Tensor, fitted: ConditionalPredictor
+) -> ConditionalPredictor:
+    """The predictor of ``gp`` with raw hyperparameters ``theta``; the fit's predictor
+    ``fitted``, with a warning, if the draw's covariance cannot be factorised. ``gp``
+    is left as it was."""
+    fit = trainable_raw(gp)
+    set_trainable_raw(gp, theta)
+    try:
+        predictor = ConditionalPredictor(gp, inputs)
+        # A predictor evaluates its kernel and mean when called: it keeps copies that
+        # hold the draw (the rest of the GP, its data, is not copied).
+        predictor.kernel = deepcopy(predictor.kernel)
+        predictor.mean_module = deepcopy(predictor.mean_module)
+        return predictor
+    except NotPSDError as error:
+        warnings.warn(f"A hyperparameter draw's covariance is not positive definite ({error}); "
+                      "that draw predicts with the fitted hyperparameters.", RuntimeWarning, stacklevel=4)
+        return fitted
+    finally:
+        set_trainable_raw(gp, fit)

@@ -230,7 +230,7 @@ def test_shared_block_is_drawn_once_per_acquisition_and_stays_exact(
     draws = []
     sample_shared = GPARPosterior._sample_shared
     monkeypatch.setattr(
-        GPARPosterior, "_sample_shared", lambda p, block: draws.append(1) or sample_shared(p, block)
+        GPARPosterior, "_sample_shared", lambda p, *args: draws.append(1) or sample_shared(p, *args)
     )
     baseline = model.train_X[:12]
     base = torch.randn(16, 1, 13, 5, dtype=dtype, generator=torch.Generator().manual_seed(5))

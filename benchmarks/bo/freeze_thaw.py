@@ -18,6 +18,7 @@ from gpar_bo.freeze_thaw import FreezeThawPolicy
 
 __all__ = [
     "GPARFreezeThaw", "GPARFreezeThawFullRefits", "GPARFreezeThawMeasured", "GPARFreezeThawMeasuredStaged",
+    "GPARFreezeThawPoint",
 ]
 
 
@@ -64,9 +65,10 @@ class GPARFreezeThaw(Method):
 
 class GPARFreezeThawMeasured(GPARFreezeThaw):
     """The policy as its runs were measured (full refits, ``staged_refits=False``), told
-    the table's measurement noise: its curve model is
-    ``curve_model_options(measurement_noise=problem.measurement_noise)`` (a candidate,
-    see ``results/calibration_diagnosis.md``)."""
+    the table's measurement noise, with point estimates of the hyperparameters (as it was
+    measured): its curve model is ``curve_model_options(measurement_noise=
+    problem.measurement_noise, hyperparameter_draws=0)`` (a candidate, see
+    ``results/calibration_diagnosis.md``)."""
 
     name = "gpar_freeze_thaw_measured"
 
@@ -78,7 +80,8 @@ class GPARFreezeThawMeasured(GPARFreezeThaw):
             raise ValueError(f"{problem.name} records no measurement noise; {self.name} needs it.")
         self.policy_options = {
             **self.policy_options,
-            "gpar_options": curve_model_options(measurement_noise=problem.measurement_noise),
+            "gpar_options": curve_model_options(measurement_noise=problem.measurement_noise,
+                                                hyperparameter_draws=0),
         }
         super().reset(problem, seed)
 
@@ -96,10 +99,24 @@ class GPARFreezeThawMeasuredStaged(GPARFreezeThawMeasured):
 
 class GPARFreezeThawFullRefits(GPARFreezeThaw):
     """The policy as it was before staged refits became its default: each refit
-    fits all conditionals in one decision (``staged_refits=False``). Kept so that
-    the runs measured with it stay labelled and reproducible."""
+    fits all conditionals in one decision (``staged_refits=False``), with point
+    estimates of the hyperparameters. Kept so that the runs measured with it stay
+    labelled and reproducible."""
 
     name = "gpar_freeze_thaw_full_refits"
 
     def __init__(self, **policy_options) -> None:
-        super().__init__(**{"staged_refits": False, **policy_options})
+        super().__init__(**{"staged_refits": False,
+                            "gpar_options": curve_model_options(hyperparameter_draws=0), **policy_options})
+
+
+
+class GPARFreezeThawPoint(GPARFreezeThaw):
+    """The policy as it was before its curve model predicted over hyperparameter draws
+    (2026-11-29): point estimates, ``curve_model_options(hyperparameter_draws=0)``. Kept
+    so that the runs measured with it stay labelled and reproducible."""
+
+    name = "gpar_freeze_thaw_point"
+
+    def __init__(self, **policy_options) -> None:
+        super().__init__(**{"gpar_options": curve_model_options(hyperparameter_draws=0), **policy_options})

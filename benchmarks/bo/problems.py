@@ -23,6 +23,9 @@ from gpar_bo.problems.mnist.job import TUNING_CHECKPOINTS
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MNIST_CSV = DATA / "mnist_curves_tabular.csv"
+#: The 291-setting MNIST MLP study set: development data (the calibration diagnosis and
+#: the freeze-thaw policy's changes are judged on it before the reported tables).
+MNIST_STUDY_CSV = DATA / "mnist_curves_study.csv"
 EPOCHS = 21
 DEFAULT_CHECKPOINTS = TUNING_CHECKPOINTS  # what gpar-bo tune decides at on MNIST
 #: The funnel-MLP tables: data set -> CSV (made by ``gpar-bo generate-funnel-curves``).

@@ -61,7 +61,7 @@ def test_stops_a_hopeless_trial_and_keeps_a_promising_one(client: Client) -> Non
     assert not client.should_stop_trial_early(promising)
     strategy = client._early_stopping_strategy
     p = strategy.probabilities_of_beating_incumbent(client._experiment, [hopeless, promising])
-    assert p[hopeless] < 0.05 < 0.3 < p[promising]
+    assert p[hopeless] < 0.05 < 0.2 < p[promising]  # the promising trial well clear of stopping
     client.mark_trial_early_stopped(hopeless)
     client.mark_trial_abandoned(promising)
 

@@ -85,37 +85,6 @@ def test_quick_selected_split_predicts_the_stopped_runs(tmp_path: Path) -> None:
         calibration.main(["--quick", "--split", "selected", "--models", "exp_decay", "--out", str(out)])
 
 
-def test_laplace_mixture_draws_around_the_fit_and_restores_it() -> None:
-    problem = synthetic_problem(n=120, seed=5)
-    X, Y, X_test, Y_test, final = calibration.split(problem, seed=1, n_train=40, n_test=20)
-    model = calibration.fit_curve_model(X, Y, calibration.GPAR_VARIANTS["lognormal"](problem))
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    gp = model.conditionals[-1]
-    draws = calibration.laplace_draws(gp, 400, torch.Generator().manual_seed(0))
-    theta = torch.cat([p.detach().reshape(-1) for _, p in gp.named_parameters() if p.requires_grad])
-    assert draws.shape == (400, len(theta)) and not torch.equal(draws[0], draws[1])
-    raw, bound, drawn = calibration.laplace_coordinates(gp)
-    assert torch.equal(raw, theta) and bool(torch.isfinite(bound).any())  # noise, length scales
-    assert (draws > bound).all()  # every draw is a valid value (noise > its floor, ...)
-    assert (draws[:, ~drawn] == theta[~drawn]).all()  # on a bound: held at the fit
-    free = ~torch.isfinite(bound)  # drawn as they are: centred on the fit
-    spread = draws[:, free].std(0)
-    assert ((draws[:, free].mean(0) - theta[free]).abs() <= 4 * spread / 20 + 1e-12).all()
-    # a parameter put on its bound is held there
-    with torch.no_grad():
-        gp.likelihood.noise_covar.raw_noise.fill_(float(gp.likelihood.noise_covar.raw_noise_constraint.lower_bound))
-    held = calibration.laplace_draws(gp, 5, torch.Generator().manual_seed(0))
-    noise_at = calibration.laplace_coordinates(gp)[0].tolist().index(float(gp.likelihood.noise_covar.raw_noise))
-    assert (held[:, noise_at] == held[0, noise_at]).all()
-    calibration.set_raw(gp, theta)
-    means, variances, failed = calibration.laplace_mixture(model, problem.checkpoints, X_test, Y_test, True)
-    assert means.shape == variances.shape == (calibration.NUM_PATHS // calibration.LAPLACE_DRAWS * (calibration.LAPLACE_DRAWS - failed), 20)
-    after = model.state_dict()
-    assert all(torch.equal(before[k], after[k]) for k in before)  # the fit is restored
-    point, _ = calibration.final_mixture(model, problem.checkpoints, X_test, Y_test)
-    assert torch.isfinite(means).all() and not torch.allclose(means.mean(0), point.mean(0))
-
-
 @pytest.mark.slow  # left out of CI for time (docs/testing.md)
 def test_quick_run_writes_every_result_file_and_resumes(tmp_path: Path) -> None:
     out = tmp_path / "calibration"

@@ -49,10 +49,12 @@ def test_paused_predictions_place_each_final_against_its_interval(problem) -> No
         side = ("below" if p["final_error"] < p["low"] else
                 "above" if p["final_error"] > p["high"] else "inside")
         assert p["side"] == side and 0 <= p["p_beats_incumbent"] <= 1
-    # the Laplace variant predicts the same paused runs from the same state
-    widened = mp.paused_predictions(trace, problem, "laplace")
-    assert [w["setting"] for w in widened] == [p["setting"] for p in predictions]
-    assert all(w["low"] <= w["median"] <= w["high"] for w in widened)
+    # point estimates predict the same paused runs from the same state, more narrowly
+    point = mp.paused_predictions(trace, problem, "point")
+    assert [w["setting"] for w in point] == [p["setting"] for p in predictions]
+    assert all(w["low"] <= w["median"] <= w["high"] for w in point)
+    width = np.mean([np.log(p["high"] / p["low"]) for p in predictions])
+    assert np.mean([np.log(w["high"] / w["low"]) for w in point]) < width
     # no model before two runs finished: nothing to say
     early = {"seed": 0, "trials": [{"setting": 1, "status": "stopped", "epochs": problem.checkpoints[0]}]}
     assert mp.paused_predictions(early, problem) == []
@@ -78,6 +80,8 @@ def test_quick_report_and_bad_input(tmp_path) -> None:
         mp.main(["--seeds", "0", "--out", str(tmp_path)])
     with pytest.raises(SystemExit):  # no runs file
         mp.main(["--runs", str(tmp_path / "none.jsonl"), "--out", str(tmp_path)])
+    with pytest.raises(SystemExit):  # not a method of the study that runs the policy
+        mp.main(["--method", "asha", "--out", str(tmp_path)])
 
 
 def test_spread_by_first_quartile_is_the_change_after_the_first_checkpoint() -> None:

@@ -1,0 +1,179 @@
+"""Laplace draws of conditionals' hyperparameters, and GPAR's mixture over them."""
+
+from __future__ import annotations
+
+from copy import deepcopy
+
+import pytest
+import torch
+from botorch.fit import fit_gpytorch_mll
+from gpytorch.mlls import ExactMarginalLogLikelihood
+
+from gpar_bo.curve_model import curve_model_options
+from gpar_bo.freeze_thaw import FreezeThawIndex
+from gpar_bo.laplace import laplace_coordinates, laplace_draws, set_trainable_raw, trainable_raw
+from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
+from gpar_bo.synthetic import learning_curves
+
+EPOCHS = [1, 2, 4, 8]
+
+
+def data(n: int = 40, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Noisy toy curves, half of the runs stopped after two checkpoints."""
+    generator = torch.Generator().manual_seed(seed)
+    X = torch.rand(n, 2, generator=generator, dtype=torch.double)
+    Y = learning_curves(X, EPOCHS, noise_std=0.01, seed=seed).clamp_min(1e-3)
+    Y[n // 2 :, 2:] = float("nan")
+    return X, Y
+
+
+def fitted(draws: int, **options) -> GPARModel:
+    X, Y = data()
+    model = GPARModel(X, Y, **curve_model_options(hyperparameter_draws=draws, **options))
+    fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model))
+    return model
+
+
+@pytest.fixture(scope="module")
+def model() -> GPARModel:
+    return fitted(4)
+
+
+def test_draws_are_valid_centred_and_held_on_bounds() -> None:
+    gp = fitted(0).conditionals[-1]
+    theta = trainable_raw(gp)
+    draws = laplace_draws(gp, 400, torch.Generator().manual_seed(0))
+    assert draws.shape == (400, len(theta)) and not torch.equal(draws[0], draws[1])
+    assert torch.equal(trainable_raw(gp), theta)  # the fit is left as it was
+    raw, bound, drawn = laplace_coordinates(gp)
+    assert torch.equal(raw, theta) and bool(torch.isfinite(bound).any())  # noise, length scales
+    assert (draws > bound).all()  # every draw is a valid value (noise above its floor, ...)
+    assert (draws[:, ~drawn] == theta[~drawn]).all()
+    free = ~torch.isfinite(bound)  # drawn as they are: centred on the fit
+    spread = draws[:, free].std(0)
+    assert ((draws[:, free].mean(0) - theta[free]).abs() <= 4 * spread / 20 + 1e-12).all()
+    noise = gp.likelihood.noise_covar
+    with torch.no_grad():  # a parameter put on its bound is held there
+        noise.raw_noise.fill_(float(noise.raw_noise_constraint.lower_bound))
+    at = laplace_coordinates(gp)[0].tolist().index(float(noise.raw_noise.detach()))
+    held = laplace_draws(gp, 5, torch.Generator().manual_seed(0))
+    assert (held[:, at] == noise.raw_noise.item()).all()
+
+
+def test_draws_precision_is_the_curvature_of_the_log_posterior() -> None:
+    """In the drawn coordinates, the draws' precision matrix is the Hessian of the
+    negative log posterior: checked on its diagonal against second differences of
+    the loss itself (the draws use differences of its gradient)."""
+    gp = fitted(0).conditionals[1]
+    raw, bound, drawn = laplace_coordinates(gp)
+    logged = torch.isfinite(bound) & drawn
+    phi0 = torch.where(logged, (raw - bound).clamp_min(1e-300).log(), raw)
+    draws = laplace_draws(gp, 20000, torch.Generator().manual_seed(1))
+    phi = torch.where(logged, (draws - bound).log(), draws)[:, drawn]
+    precision = torch.linalg.inv(torch.cov(phi.T))
+
+    def loss(p: torch.Tensor) -> float:
+        set_trainable_raw(gp, torch.where(logged, bound + p.exp(), p))
+        gp.train()
+        with torch.no_grad():
+            mll = ExactMarginalLogLikelihood(gp.likelihood, gp)
+            return -float(mll(gp(*gp.train_inputs), gp.train_targets)) * len(gp.train_targets)
+
+    h = 1e-3
+    for j, i in enumerate(drawn.nonzero().squeeze(-1).tolist()):
+        step = torch.zeros_like(phi0)
+        step[i] = h
+        second = (loss(phi0 + step) - 2 * loss(phi0) + loss(phi0 - step)) / h**2
+        assert precision[j, j] == pytest.approx(second, rel=0.05)
+    set_trainable_raw(gp, raw)
+
+
+def test_fit_draws_later_conditionals_reproducibly(model: GPARModel) -> None:
+    assert len(model.hyperparameter_draws) == len(EPOCHS) - 1
+    for gp, draws in zip(list(model.conditionals)[1:], model.hyperparameter_draws):
+        assert draws.drawn and draws.raw.shape == (4, len(trainable_raw(gp)))
+    again = fitted(4)
+    for a, b in zip(model.hyperparameter_draws, again.hyperparameter_draws):
+        assert torch.equal(a.raw, b.raw)
+    assert len(fitted(0).hyperparameter_draws) == 0
+    with pytest.raises(ValueError, match="hyperparameter_draws must be >= 0"):
+        GPARModel(*data(), hyperparameter_draws=-1)
+
+
+def test_posterior_is_the_mixture_over_the_draws() -> None:
+    """Sample block k is exactly the sample of the fit with draw k's hyperparameters."""
+    model = fitted(4, denoise=False)  # fed values are then the observations, whatever the draw
+    X = torch.rand(3, 2, dtype=torch.double)
+    eps = torch.randn(8, 3, len(EPOCHS), dtype=torch.double)
+    mixture = model.modelled_posterior(X).rsample_from_base_samples(torch.Size([8]), eps)
+    for k in range(4):
+        reference = deepcopy(model)
+        reference.num_hyperparameter_draws = 0  # predicts with the conditionals' values
+        for gp, draws in zip(list(reference.conditionals)[1:], reference.hyperparameter_draws):
+            set_trainable_raw(gp, draws.raw[k])
+        block = reference.modelled_posterior(X).rsample_from_base_samples(torch.Size([2]), eps[2 * k : 2 * k + 2])
+        torch.testing.assert_close(mixture[2 * k : 2 * k + 2], block)
+    # output 1 keeps its fit: its samples do not depend on the block
+    point = deepcopy(model)
+    point.num_hyperparameter_draws = 0
+    torch.testing.assert_close(
+        mixture[..., 0], point.modelled_posterior(X).rsample_from_base_samples(torch.Size([8]), eps)[..., 0]
+    )
+
+
+def test_draws_are_kept_by_state_and_conditioning(model: GPARModel) -> None:
+    X, Y = data(seed=1)
+    conditioned = model.condition_on_observations(X[:3], Y[:3])
+    for a, b in zip(model.hyperparameter_draws, conditioned.hyperparameter_draws):
+        assert torch.equal(a.raw, b.raw)
+    fresh = GPARModel(*data(), **curve_model_options(hyperparameter_draws=4))
+    assert not any(d.drawn for d in fresh.hyperparameter_draws)  # NaN until fitted
+    fresh.load_state_dict(model.state_dict())
+    X_new = torch.rand(2, 2, dtype=torch.double)
+    torch.testing.assert_close(fresh.posterior(X_new).mean, model.posterior(X_new).mean)
+
+
+def test_index_noise_follows_each_paths_draw(model: GPARModel) -> None:
+    index = FreezeThawIndex(model, torch.tensor(EPOCHS, dtype=torch.double), incumbent=0.1, num_samples=16)
+    paths = index.final_paths(torch.rand(3, 2, dtype=torch.double), torch.zeros(3, dtype=torch.long))
+    assert paths.noise.shape == (16, 1) and paths.mean.shape == (16, 3)
+    blocks = paths.noise.view(4, 4)
+    assert (blocks == blocks[:, :1]).all() and len(blocks[:, 0].unique()) == 4
+    assert (paths.variance >= paths.noise).all()
+
+
+def test_shared_points_are_drawn_once_per_draw_and_stay_exact(
+    model: GPARModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """qLogNEI's layout (a baseline shared by all t-batches): the baseline is drawn
+    once per hyperparameter draw, and every t-batch equals its own joint draw."""
+    from gpar_bo.posterior import GPARPosterior
+
+    model = deepcopy(model)  # a fresh prediction cache
+    calls = []
+    sample_shared = GPARPosterior._sample_shared
+    monkeypatch.setattr(GPARPosterior, "_sample_shared", lambda p, *a: calls.append(1) or sample_shared(p, *a))
+    baseline = model.train_X[:6]
+    base = torch.randn(8, 1, 7, len(EPOCHS), dtype=torch.double, generator=torch.Generator().manual_seed(5))
+    for _ in range(2):
+        candidates = torch.rand(3, 1, 2, dtype=torch.double)
+        X = torch.cat([baseline.expand(3, 6, 2), candidates], dim=1)
+        batched = model.posterior(X).rsample_from_base_samples(torch.Size([8]), base)
+        assert len(calls) == 4  # one per draw, on the first call only
+        for i in range(3):
+            joint = model.posterior(torch.cat([baseline, candidates[i]])).rsample_from_base_samples(
+                torch.Size([8]), base[:, 0]
+            )
+            torch.testing.assert_close(batched[:, i], joint, rtol=0, atol=1e-6)
+
+
+def test_a_draw_that_cannot_be_factorised_falls_back_to_the_fit(model: GPARModel) -> None:
+    model = deepcopy(model)
+    names = [name for name, p in model.conditionals[-1].named_parameters() if p.requires_grad]
+    at = names.index("likelihood.noise_covar.raw_noise")
+    model.hyperparameter_draws[-1].raw[0, at] = -100.0  # a negative noise: not positive definite
+    X = torch.rand(2, 2, dtype=torch.double)
+    with pytest.warns(RuntimeWarning, match="not positive definite"):
+        prepared = model.modelled_posterior(X).prepared
+    assert prepared.chains[0][-1] is prepared.predictors[-1]
+    assert prepared.chains[1][-1] is not prepared.predictors[-1]
