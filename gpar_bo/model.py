@@ -126,9 +126,9 @@ class GPARModel(Model):
             later conditional's hyperparameters (outputs 2..M) from the Laplace
             approximation of their posterior, drawn when the conditional is fitted
             (see :mod:`gpar_bo.laplace`); 0 (default) predicts with the fitted values.
-            The first conditional, fitted on every run, keeps its fit. Sample ``s``
-            of ``S`` uses draw ``floor(s K / S)`` (contiguous blocks of the
-            quasi-random normals), so ask for at least ``K`` samples.
+            The first conditional, fitted on every run, keeps its fit. The samples
+            are split into ``K`` contiguous blocks of (nearly) equal size, block ``k``
+            drawn with draw ``k``, so ask for a multiple of ``K`` samples.
         measurement_noise: The known sampling noise of the measured values, a
             callable from ``n x M`` values to their variances (e.g.
             ``gpar_bo.measurement.BinomialNoise(num_examples)`` for error rates on

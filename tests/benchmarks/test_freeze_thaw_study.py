@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from benchmarks import freeze_thaw_study as study
 from benchmarks.bo.analysis import chosen_quality_regret
@@ -112,12 +113,14 @@ def test_the_full_refit_policy_is_the_package_policy_without_staged_refits_and_n
 
 @pytest.mark.parametrize(("table", "canonical"), [
     ("101", "101"), ("0101", "101"), ("mnist", "mnist"), ("quick", "quick"), ("digits", "digits"),
-    ("digits:10", "digits:10"), ("digits:010", "digits:10"), ("breast_cancer:10", "breast_cancer:10")])
+    ("digits:10", "digits:10"), ("digits:010", "digits:10"), ("breast_cancer:10", "breast_cancer:10"),
+    ("dev_mnist_study", "dev_mnist_study")])
 def test_table_names_of_the_study(table, canonical):
     assert study.canonical_table(table) == canonical  # the name its runs are stored under
 
 
-@pytest.mark.parametrize("table", ["cifar", "digits:", "digits:x", "breast_cancer:-1", "mnist:10", "digits:\u00b2"])
+@pytest.mark.parametrize("table", ["cifar", "digits:", "digits:x", "breast_cancer:-1", "mnist:10", "digits:\u00b2",
+                                   "dev_mnist_study:10"])
 def test_bad_table_names_are_one_line_errors(table):
     with pytest.raises(ValueError, match="unknown table"):
         study.make_problem(table)
@@ -138,3 +141,11 @@ def test_funnel_table_prefix_rows():
     assert problem.name == "funnel_breast_cancer" and problem.X.shape == (10, 7)
     assert problem.error.shape == problem.loss.shape == (10, 50)
     assert study.make_problem("breast_cancer").X.shape[0] == 1000
+
+
+def test_the_development_mnist_table_is_the_study_set_under_its_own_name():
+    problem = study.make_problem("dev_mnist_study")
+    mnist = study.make_problem("mnist")
+    assert problem.name == "dev_mnist_study" and problem.checkpoints == mnist.checkpoints
+    assert problem.X.shape == (291, 6) and problem.error.shape == (291, 21)
+    assert not torch.equal(problem.error, mnist.error[:291])  # other curves than the reported table's
