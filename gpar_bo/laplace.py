@@ -90,7 +90,8 @@ def laplace_draws(gp: SingleTaskGP, num_draws: int, generator: torch.Generator) 
     Args:
         gp: A fitted conditional.
         num_draws: The number of draws ``K``.
-        generator: The source of the standard normals.
+        generator: The source of the standard normals (a CPU generator; the draws
+            are moved to the parameters' device).
 
     Returns:
         ``K x P`` vectors of ``trainable_raw`` form, each within its constraints.
@@ -110,7 +111,7 @@ def laplace_draws(gp: SingleTaskGP, num_draws: int, generator: torch.Generator) 
         loss = -mll(gp(*gp.train_inputs), gp.train_targets) * len(gp.train_targets)
         loss.backward()
         grad = torch.cat([
-            torch.zeros(p.numel(), dtype=raw.dtype) if p.grad is None else p.grad.reshape(-1)
+            torch.zeros_like(p).reshape(-1) if p.grad is None else p.grad.reshape(-1)
             for p in params
         ])
         return torch.where(logged, grad * phi.exp(), grad)  # d raw / d phi = e^phi
@@ -138,7 +139,7 @@ def laplace_draws(gp: SingleTaskGP, num_draws: int, generator: torch.Generator) 
             raise ValueError("The Hessian of the conditional's log posterior is not finite.")
         curved = eigenvalues > FLAT_CURVATURE * eigenvalues.max()
         std = torch.where(curved, eigenvalues.clamp_min(1e-300).rsqrt(), 0.0)
-        normals = torch.randn(num_draws, len(index), generator=generator, dtype=raw.dtype)
+        normals = torch.randn(num_draws, len(index), generator=generator, dtype=raw.dtype).to(raw)
         phi[:, index] = phi0[index] + (normals * std) @ vectors.mT
     return to_raw(phi)
 
@@ -154,9 +155,10 @@ class HyperparameterDraws(torch.nn.Module):
 
     raw: Tensor
 
-    def __init__(self, num_draws: int, num_parameters: int, dtype: torch.dtype) -> None:
+    def __init__(self, num_draws: int, num_parameters: int, like: Tensor) -> None:
+        """``like``: a tensor of the dtype and device of the draws (e.g. the training data)."""
         super().__init__()
-        self.register_buffer("raw", torch.full((num_draws, num_parameters), math.nan, dtype=dtype))
+        self.register_buffer("raw", torch.full((num_draws, num_parameters), math.nan).to(like))
 
     @property
     def drawn(self) -> bool:

@@ -246,7 +246,7 @@ class GPARModel(Model):
         self.num_hyperparameter_draws = hyperparameter_draws
         # Per later conditional (index m - 1), its draws (NaN until it is fitted).
         self.hyperparameter_draws = ModuleList(
-            HyperparameterDraws(hyperparameter_draws, len(trainable_raw(gp)), train_X.dtype)
+            HyperparameterDraws(hyperparameter_draws, len(trainable_raw(gp)), train_X)
             for gp in list(self.conditionals)[1:]
         ) if hyperparameter_draws else ModuleList()
 

@@ -273,6 +273,13 @@ class GPARPosterior(MomentsPosterior):
         eps = base_samples.expand(sample_shape + self.base_sample_shape).reshape(s, b, q, M)
         X, mask, values = X.reshape(b, q, d), mask.reshape(b, q, M), values.reshape(b, q, M)
         flags = {"denoise": self.denoise, "observation_noise": self.observation_noise}
+        if s < len(self.chains):
+            warnings.warn(
+                f"{s} samples of a posterior mixed over {len(self.chains)} hyperparameter draws: "
+                f"only the first {s} draws are used; ask for a multiple of {len(self.chains)}.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         drawn = []  # per chain of predictors: its samples' results, s_c x b x q x M
         for c, rows in enumerate(_chain_rows(s, len(self.chains))):
             if rows.start == rows.stop:

@@ -76,7 +76,9 @@ class ConditionalPredictor:
             residual = (gp.train_targets - gp.mean_module(inputs)).unsqueeze(-1)
             noise = gp.likelihood.noise.squeeze(-1)
             if isinstance(covar, InducingPointKernel):
-                self.anchors = covar.inducing_points.detach()
+                # A copy: learned inducing points may be changed in place later (e.g.
+                # set to a hyperparameter draw's and back).
+                self.anchors = covar.inducing_points.detach().clone()
                 self.weights, root = _sparse_cache(
                     self.kernel, self.anchors, inputs, residual, noise
                 )

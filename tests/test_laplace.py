@@ -177,3 +177,25 @@ def test_a_draw_that_cannot_be_factorised_falls_back_to_the_fit(model: GPARModel
         prepared = model.modelled_posterior(X).prepared
     assert prepared.chains[0][-1] is prepared.predictors[-1]
     assert prepared.chains[1][-1] is not prepared.predictors[-1]
+
+
+def test_learned_inducing_points_are_drawn_per_predictor() -> None:
+    """A drawn sparse predictor keeps its draw's inducing points, not the fit's."""
+    X, Y = data(n=20)
+    model = GPARModel(X, Y, num_inducing=4, learn_inducing_points=True, hyperparameter_draws=2)
+    fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model))
+    prepared = model.modelled_posterior(X[:2]).prepared
+    for m in range(1, len(EPOCHS)):
+        gp = model.conditionals[m]
+        params = [(name, p.numel()) for name, p in gp.named_parameters() if p.requires_grad]
+        start = sum(n for _, n in params[: [name for name, _ in params].index("covar_module.inducing_points")])
+        fitted = gp.covar_module.inducing_points.detach()
+        for k, chain in enumerate(prepared.chains):
+            drawn = model.hyperparameter_draws[m - 1].raw[k, start : start + fitted.numel()]
+            torch.testing.assert_close(chain[m].anchors, drawn.view_as(fitted))
+        assert not torch.equal(prepared.chains[0][m].anchors, fitted)
+
+
+def test_fewer_samples_than_draws_is_a_warning(model: GPARModel) -> None:
+    with pytest.warns(RuntimeWarning, match="only the first 2 draws"):
+        model.posterior(torch.rand(1, 2, dtype=torch.double)).rsample(torch.Size([2]))
