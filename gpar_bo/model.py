@@ -179,8 +179,9 @@ class GPARModel(Model):
         observed = check_training_data(train_X, train_Y, impute=impute)
         if markov is not None and markov < 0:
             raise ValueError(f"markov must be None or >= 0; got {markov}.")
-        if hyperparameter_draws < 0:
-            raise ValueError(f"hyperparameter_draws must be >= 0; got {hyperparameter_draws}.")
+        draws = hyperparameter_draws
+        if isinstance(draws, bool) or not isinstance(draws, int) or draws < 0:
+            raise ValueError(f"hyperparameter_draws must be an integer >= 0; got {draws!r}.")
         if num_inducing is not None and num_inducing < 1:
             raise ValueError(f"num_inducing must be None or >= 1; got {num_inducing}.")
         self.output_names = resolve_output_names(output_names, train_Y.shape[-1])

@@ -96,8 +96,9 @@ def test_fit_draws_later_conditionals_reproducibly(model: GPARModel) -> None:
     for a, b in zip(model.hyperparameter_draws, again.hyperparameter_draws):
         assert torch.equal(a.raw, b.raw)
     assert len(fitted(0).hyperparameter_draws) == 0
-    with pytest.raises(ValueError, match="hyperparameter_draws must be >= 0"):
-        GPARModel(*data(), hyperparameter_draws=-1)
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match="hyperparameter_draws must be an integer >= 0"):
+            GPARModel(*data(), hyperparameter_draws=bad)
 
 
 def test_posterior_is_the_mixture_over_the_draws() -> None:
