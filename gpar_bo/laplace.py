@@ -27,6 +27,7 @@ from botorch.models import SingleTaskGP
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.settings import lazily_evaluate_kernels
 from torch import Tensor
+from torch.nn.utils import parameters_to_vector
 
 __all__ = ["HyperparameterDraws", "laplace_coordinates", "laplace_draws", "set_trainable_raw", "trainable_raw"]
 
@@ -38,11 +39,12 @@ FLAT_CURVATURE = 1e-8
 
 def trainable_raw(gp: SingleTaskGP) -> Tensor:
     """The flat vector of ``gp``'s trainable raw parameters (``named_parameters`` order)."""
-    return torch.cat([p.detach().reshape(-1) for p in gp.parameters() if p.requires_grad])
+    return parameters_to_vector(p for p in gp.parameters() if p.requires_grad).detach()
 
 
 def set_trainable_raw(gp: SingleTaskGP, theta: Tensor) -> None:
-    """Load the flat vector ``theta`` (as ``trainable_raw`` gives) into ``gp``."""
+    """Load the flat vector ``theta`` (as ``trainable_raw`` gives) into ``gp``, copying
+    (``torch.nn.utils.vector_to_parameters`` would make the parameters views of it)."""
     params = [p for p in gp.parameters() if p.requires_grad]
     if theta.shape != (sum(p.numel() for p in params),):
         raise ValueError(

@@ -192,9 +192,9 @@ class GPARPosterior(MomentsPosterior):
         """Output ``m``'s observation noise along each of ``num_samples`` sample paths
         (the noise of the chain of predictors, i.e. the hyperparameter draw, that
         draws each path): a ``num_samples`` tensor."""
-        rows = _chain_rows(num_samples, len(self.chains))
+        blocks = torch.arange(num_samples).tensor_split(len(self.chains))  # as _propagate's
         return torch.cat([
-            chain[m].noise.reshape(1).expand(r.stop - r.start) for chain, r in zip(self.chains, rows)
+            chain[m].noise.reshape(1).expand(len(block)) for chain, block in zip(self.chains, blocks)
         ])
 
     def _shared_points(self, base_samples: Tensor, sample_ndim: int) -> Tensor:
@@ -281,10 +281,11 @@ class GPARPosterior(MomentsPosterior):
                 stacklevel=3,
             )
         drawn = []  # per chain of predictors: its samples' results, s_c x b x q x M
-        for c, rows in enumerate(_chain_rows(s, len(self.chains))):
-            if rows.start == rows.stop:
+        # Contiguous blocks of the samples, as equal as they can be (the first s % K one
+        # larger), one per chain: a block of a Sobol sequence is itself well spread.
+        for c, e in enumerate(eps.tensor_split(len(self.chains))):
+            if not len(e):
                 continue
-            e = eps[rows]
             shared = _Block(X[0, :k], mask[0, :k], values[0, :k], e[:, 0, :k], **flags)
             rest = _Block(X[:, k:], mask[:, k:], values[:, k:], e[:, :, k:], **flags)
             factors: _Factors = []
@@ -508,15 +509,6 @@ class _Block:
             )
             for values in (self.reported, self.cond_means, self.cond_vars)
         )
-
-
-def _chain_rows(num_samples: int, num_chains: int) -> list[slice]:
-    """Which samples each chain of predictors draws: contiguous blocks, as equal as
-    they can be (the first ``num_samples % num_chains`` one larger); a block of a
-    Sobol sequence is itself well spread."""
-    sizes = [num_samples // num_chains + (c < num_samples % num_chains) for c in range(num_chains)]
-    starts = [sum(sizes[:c]) for c in range(num_chains)]
-    return [slice(start, start + size) for start, size in zip(starts, sizes)]
 
 
 def _common_leading(a: Features, b: Features) -> tuple[Features, Features]:
