@@ -30,7 +30,9 @@ rerun skips finished ones; an interrupted run resumes through ``tune``'s own res
 ``<out>/tune_mnist_runs/<kind>/<method>/seed<k>/``); the report is ``<out>/tune_mnist.{md,csv,json,png}``.
 The ``freeze_thaw`` runs at the default checkpoints made before staged refits became the
 policy's default (2026-11-28) are kept apart, in ``results/tune_mnist_runs_full_refits.jsonl``
-(seeds 0-4 made at 9b2bb03, seeds 5-9 as recorded in commit aa90cec; mean best 0.0455).
+(seeds 0-4 made at 9b2bb03, seeds 5-9 as recorded in commit aa90cec), and
+those made with the policy's point-estimate model, before hyperparameter draws became its
+default (2026-11-29), in ``results/tune_mnist_runs_point_estimates.jsonl``.
 Runs decide at the MNIST problem's default checkpoints (1, 3, 7, 14, 21: those of the
 freeze-thaw benchmark's MNIST table, ``gpar_bo.problems.mnist.job.TUNING_CHECKPOINTS``);
 ``--checkpoints`` names others, reported apart (``tune_mnist_every_epoch.*`` for every
@@ -295,6 +297,7 @@ def report(records: list[dict], settings: Settings, seeds: Sequence[int], out: P
     best = {s: {m: mine[(m, s)]["best_final_val_error"] for m in METHODS if (m, s) in mine} for s in seeds}
     complete = [s for s in seeds if len(best[s]) == len(METHODS)]
     wins = {other: sum(best[s]["freeze_thaw"] < best[s][other] for s in complete) for other in METHODS[1:]}
+    ties = {other: sum(best[s]["freeze_thaw"] == best[s][other] for s in complete) for other in METHODS[1:]}
     summary = []
     for method in METHODS:
         values = np.array([[best[s][method]] for s in complete])
@@ -330,7 +333,7 @@ def report(records: list[dict], settings: Settings, seeds: Sequence[int], out: P
         f"seeds with all three methods: {complete}.",
         "## Summary over seeds\n\n" + markdown_table(summary),
         f"**Freeze-thaw wins** (lower best final validation error, per seed): "
-        + ", ".join(f"{w} of {len(complete)} against {o}" for o, w in wins.items())
+        + ", ".join(f"{w} of {len(complete)} against {o} ({ties[o]} tied)" for o, w in wins.items())
         + f". Target: at least {target} of {len(complete)} against each, and no epoch past a decision: "
         f"**{'met' if met else 'missed'}**.",
         behaviour,
