@@ -117,3 +117,39 @@ def test_tables_carry_their_measurement_noise_and_measured_needs_it() -> None:
     silent = dataclasses.replace(synthetic, measurement_noise=None)
     with pytest.raises(ValueError, match="records no measurement noise"):
         calibration.GPAR_VARIANTS["measured"](silent)
+
+
+def test_with_finals_recovers_the_split_and_refuses_a_changed_one() -> None:
+    problem = synthetic_problem(n=300, seed=5)
+    _, _, _, Y_test, final = calibration.split(problem, seed=2, n_train=40, n_test=60)
+    record = {"table": "t", "seed": 2, "model": "m", "prefix": (~Y_test.isnan()).sum(-1).tolist()}
+    tables = {"t": lambda: problem}
+    (filled,) = calibration.with_finals([record], tables, 40, 60)
+    assert filled["final"] == final.tolist() and "final" not in record
+    assert calibration.with_finals([record], {}, 40, 60) == []  # unknown table: left out
+    kept = {**record, "final": [0.5] * 60}
+    assert calibration.with_finals([kept], {}, 40, 60) == [kept]  # recorded finals are kept
+    _, Y, stopped, selected_final = calibration.split_selected(problem, 2, 50)
+    selected = {**record, "split": "selected", "prefix": (~Y[stopped].isnan()).sum(-1).tolist()}
+    assert calibration.with_finals([selected], tables, 50)[0]["final"] == selected_final.tolist()
+    moved = {**record, "seed": 3}
+    with pytest.raises(ValueError, match="no longer gives"):
+        calibration.with_finals([moved], tables, 40, 60)
+
+
+def test_by_level_pools_coverage_by_final_error_tercile_and_step() -> None:
+    # Six runs per seed, two seeds; the finals 1..6 cut into terciles {1, 2}, {3, 4}, {5, 6}.
+    def record(seed: int, model: str, covered: list[float]) -> dict:
+        return {"table": "t", "seed": seed, "model": model, "prefix": [2, 2, 2, 0, 1, 0],
+                "final": [1.0, 3.0, 5.0, 2.0, 4.0, 6.0], "coverage50": covered, "coverage95": [1.0] * 6}
+
+    records = [record(0, "a", [1, 0, 0, 1, 1, 1]), record(1, "a", [1, 1, 0, 0, 1, 1]),
+               record(0, "b", [0] * 6)]
+    rows = {(r["model"], r["step"], r["final_error"]): r for r in calibration.by_level(records)}
+    assert rows[("a", "last", "low")]["n"] == 2 and rows[("a", "last", "low")]["coverage50"] == 1.0
+    assert rows[("a", "last", "middle")]["coverage50"] == 0.5
+    assert rows[("a", "last", "high")]["coverage50"] == 0.0
+    assert rows[("a", "earlier", "low")]["coverage50"] == 0.5
+    assert rows[("a", "earlier", "high")]["final_error_range"] == "6.0000-6.0000"
+    assert rows[("b", "earlier", "middle")] == {**rows[("b", "earlier", "middle")], "n": 1, "coverage50": 0.0}
+    assert len(rows) == 12
