@@ -278,18 +278,33 @@ def evaluate(
         "split": split_name,
         "fit_seconds": fit_seconds,
         "prefix": (~Y_test.isnan()).sum(-1).tolist(),
+        "M": len(problem.checkpoints),
+        "n_train": n_train,
+        **({} if split_name == "selected" else {"n_test": n_test}),
         "final": final.tolist(),
+        "last_error": last_errors(Y_test).tolist(),
         **{k: v.tolist() for k, v in metrics.items()},
     }
 
 
-def with_finals(
+def last_errors(Y: Tensor) -> Tensor:
+    """Each row's error at its last observed checkpoint (NaN for an empty prefix)."""
+    length = (~Y.isnan()).sum(-1)
+    last = Y.gather(-1, (length - 1).clamp_min(0).unsqueeze(-1)).squeeze(-1)
+    return torch.where(length > 0, last, float("nan"))
+
+
+def with_levels(
     records: Sequence[Mapping[str, Any]], tables: Mapping[str, Callable[[], TabularProblem]],
     n_train: int = N_TRAIN, n_test: int = N_TEST,
 ) -> list[dict[str, Any]]:
-    """``records``, each with the final errors of its held-out (or stopped) runs: records
-    made before they were recorded get them from their split, which the table and seed
-    fix (checked against the recorded prefixes); records of unknown tables are left out.
+    """``records``, each with its split's sizes, its table's number of checkpoints ``M``
+    and, per held-out (or stopped) run, its final error and its error at its last
+    observed checkpoint (``last_error``). Records made before these were recorded get
+    them from their split, which the table, the seed and the sizes fix (records of
+    tables not in ``tables`` are then left out). A split that no longer gives a
+    record's prefixes is refused; one that gives the same prefixes from another table
+    of as many rows cannot be told apart.
 
     Raises:
         ValueError: A split no longer gives a record's prefixes.
@@ -297,56 +312,75 @@ def with_finals(
     problems: dict[str, TabularProblem] = {}
     out = []
     for record in records:
-        if "final" not in record:
+        if "last_error" not in record:
             name = record["table"]
             if name not in tables:
                 continue
-            problem = problems.setdefault(name, tables[name]())
+            if name not in problems:
+                problems[name] = tables[name]()
+            problem = problems[name]
             if record.get("split", "random") == "selected":
                 _, Y, stopped, final = split_selected(problem, record["seed"], n_train)
-                prefix = (~Y[stopped].isnan()).sum(-1)
+                Y = Y[stopped]
+                sizes = {"n_train": n_train}
             else:
-                _, _, _, Y_test, final = split(problem, record["seed"], n_train, n_test)
-                prefix = (~Y_test.isnan()).sum(-1)
-            if prefix.tolist() != record["prefix"]:
-                raise ValueError(f"The split of {name}, seed {record['seed']}, no longer gives its record's prefixes.")
-            record = {**record, "final": final.tolist()}
+                _, _, _, Y, final = split(problem, record["seed"], n_train, n_test)
+                sizes = {"n_train": n_train, "n_test": n_test}
+            if (~Y.isnan()).sum(-1).tolist() != record["prefix"]:
+                raise ValueError(
+                    f"The split of {name}, seed {record['seed']}, sizes {sizes}, does not give its "
+                    "record's prefixes (another table, or other sizes).")
+            record = {**record, **sizes, "M": len(problem.checkpoints), "final": final.tolist(),
+                      "last_error": last_errors(Y).tolist()}
         out.append(dict(record))
     return out
 
 
 def by_level(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Coverage by how low a run's final error is: rows per (table, model, step, tercile).
+    """Coverage by how low a run's error was when it was predicted: rows per (table,
+    model, step, tercile), with binomial standard errors.
 
-    The terciles are those of the table's held-out final errors (each run once, whatever
-    the models); ``step`` is "last" for prefixes of M-1 checkpoints (the final
-    conditional's one-step predictive) and "earlier" for shorter ones (paths through
-    several conditionals). Homoscedastic noise in log-error units cannot be calibrated
-    across levels when the measurement noise is not multiplicative: an error measured
-    on a fixed validation set, or with additive noise, is relatively noisier when low.
+    The level is the run's error at its last observed checkpoint, known when the
+    prediction is made; grouping by the final error itself would not do (the runs that
+    end in the extreme terciles are those the predictive missed, so even a calibrated
+    one covers them less). ``step`` is "last" for prefixes of M-1 checkpoints (the final
+    conditional's one-step predictive) and "earlier" for prefixes of 1..M-2 (paths
+    through several conditionals); runs with no checkpoint observed have no level. The
+    terciles are cut within each (table, step) over its runs, each run once whatever
+    the models; a run on a cut goes to the upper tercile. One noise level per
+    conditional in log-error units cannot be calibrated at every level when the
+    measurement noise is not multiplicative: an error measured on a fixed validation
+    set, or with additive noise, is relatively noisier when it is low.
     """
     rows = []
     for table in sorted({r["table"] for r in records}):
         mine = [r for r in records if r["table"] == table]
-        last = max(p for r in mine for p in r["prefix"])
-        finals = torch.tensor(list({(r["seed"], i): f for r in mine for i, f in enumerate(r["final"])}.values()),
-                              dtype=torch.double)
-        cuts = finals.quantile(torch.tensor([1 / 3, 2 / 3], dtype=finals.dtype))
-        for model in sorted({r["model"] for r in mine}):
-            group = [r for r in mine if r["model"] == model]
-            values = {k: torch.tensor([v for r in group for v in r[k]], dtype=torch.double)
-                      for k in ("prefix", "final", "coverage50", "coverage95")}
-            tercile = torch.bucketize(values["final"], cuts, right=True)
-            for step, keep_step in (("last", values["prefix"] == last), ("earlier", values["prefix"] < last)):
+        M = mine[0]["M"]
+        for step, wanted in (("last", lambda p: p == M - 1), ("earlier", lambda p: 1 <= p < M - 1)):
+            runs = {(r["seed"], r.get("split", "random"), i): level for r in mine
+                    for i, (p, level) in enumerate(zip(r["prefix"], r["last_error"])) if wanted(p)}
+            if not runs:
+                continue
+            levels = torch.tensor(list(runs.values()), dtype=torch.double)
+            cuts = levels.quantile(torch.tensor([1 / 3, 2 / 3], dtype=torch.double))
+            for model in sorted({r["model"] for r in mine}):
+                group = [r for r in mine if r["model"] == model]
+                keep_step = torch.tensor([wanted(p) for r in group for p in r["prefix"]])
+                values = {k: torch.tensor([v for r in group for v in r[k]], dtype=torch.double)
+                          for k in ("last_error", "coverage50", "coverage95")}
+                tercile = torch.bucketize(values["last_error"].nan_to_num(-1.0), cuts, right=True)
                 for k, name in enumerate(("low", "middle", "high")):
                     keep = keep_step & (tercile == k)
                     n = int(keep.sum())
                     if n == 0:
                         continue
-                    rows.append({"table": table, "model": model, "step": step, "final_error": name,
-                                 "final_error_range": f"{float(values['final'][keep].min()):.4f}-{float(values['final'][keep].max()):.4f}",
-                                 "n": n, "coverage50": float(values["coverage50"][keep].mean()),
-                                 "coverage95": float(values["coverage95"][keep].mean())})
+                    row = {"table": table, "model": model, "step": step, "level": name,
+                           "level_range": f"{float(values['last_error'][keep].min()):.4f}-"
+                                          f"{float(values['last_error'][keep].max()):.4f}", "n": n}
+                    for metric in ("coverage50", "coverage95"):
+                        row[metric] = float(values[metric][keep].mean())
+                        row[f"{metric}_se"] = math.sqrt(row[metric] * (1 - row[metric]) / n)
+                    rows.append(row)
     return rows
 
 
@@ -449,16 +483,18 @@ def write_results(
     if level_rows:
         lines += [
             "",
-            "## By the run's final error",
+            "## By the run's level",
             "",
-            "Coverage of the central 50 % / 95 % intervals by tercile of the held-out runs' final "
-            "errors (cut within each table), at the last step (prefix M-1: the final conditional's "
-            "one-step predictive) and for shorter prefixes (`earlier`).",
+            "Coverage of the central 50 % / 95 % intervals by tercile of the runs' errors at their "
+            "last observed checkpoint (known when the prediction is made; cut within each table and "
+            "step), at the last step (prefix M-1: the final conditional's one-step predictive) and "
+            "for prefixes of 1..M-2 checkpoints (`earlier`); ± is the binomial standard error.",
             "",
-            "| table | model | step | final error | range | n | cover 50 % | cover 95 % |",
+            "| table | model | step | level | range | n | cover 50 % | cover 95 % |",
             "|---|---|---|---|---|---|---|---|",
-            *(f"| {r['table']} | {r['model']} | {r['step']} | {r['final_error']} | {r['final_error_range']} | "
-              f"{r['n']} | {r['coverage50']:.3f} | {r['coverage95']:.3f} |" for r in level_rows),
+            *(f"| {r['table']} | {r['model']} | {r['step']} | {r['level']} | {r['level_range']} | "
+              f"{r['n']} | {r['coverage50']:.3f} ± {r['coverage50_se']:.3f} | "
+              f"{r['coverage95']:.3f} ± {r['coverage95_se']:.3f} |" for r in level_rows),
         ]
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
     tables = sorted({r["table"] for r in rows})
@@ -498,13 +534,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help="results stem (default: results/calibration, or calibration_selected)")
     args = parser.parse_args(argv)
-    if args.out is None:
-        args.out = RESULTS / ("calibration" if args.split == "random" else "calibration_selected")
+    if args.out is None:  # quick runs never share the reported records
+        args.out = (RESULTS / "quick" if args.quick else RESULTS) / (
+            "calibration" if args.split == "random" else "calibration_selected")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     if args.split == "selected" and "exp_decay" in args.models:
         parser.error("the selected split evaluates GPAR models only: drop exp_decay from --models")
     torch.set_num_threads(1)
     if args.quick:
-        tables = {"synthetic_101": lambda: synthetic_problem(n=300, seed=101)}
+        tables = {"quick_synthetic_101": lambda: synthetic_problem(n=300, seed=101)}
         seeds, n_train, n_test = args.seeds[:1], (60 if args.split == "selected" else 40), 60
     else:
         known = {**TABLES, **DEVELOPMENT_TABLES}
@@ -548,7 +586,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "n_test": n_test,
         "split": args.split,
     }
-    wanted = with_finals(wanted, tables, n_train, n_test)
+    wanted = with_levels(wanted, tables, n_train, n_test)
     write_results(summarise(wanted), meta, args.out, by_level(wanted))
 
 

@@ -81,6 +81,9 @@ def test_quick_selected_split_predicts_the_stopped_runs(tmp_path: Path) -> None:
     assert records[0]["prefix"] == (~Y[stopped].isnan()).sum(-1).tolist()
     assert len(records[0]["below95"]) == len(stopped)
     assert "**selected split**: 60 runs" in out.with_suffix(".md").read_text()
+    levels = json.loads(out.with_suffix(".json").read_text())["by_level"]
+    assert sum(r["n"] for r in levels) == len(stopped)  # every stopped run has a checkpoint
+    assert "## By the run's level" in out.with_suffix(".md").read_text()
     with pytest.raises(SystemExit):  # no mixture of the reference model for stopped runs
         calibration.main(["--quick", "--split", "selected", "--models", "exp_decay", "--out", str(out)])
 
@@ -119,37 +122,62 @@ def test_tables_carry_their_measurement_noise_and_measured_needs_it() -> None:
         calibration.GPAR_VARIANTS["measured"](silent)
 
 
-def test_with_finals_recovers_the_split_and_refuses_a_changed_one() -> None:
+def test_with_levels_recovers_the_split_and_refuses_a_changed_one() -> None:
     problem = synthetic_problem(n=300, seed=5)
     _, _, _, Y_test, final = calibration.split(problem, seed=2, n_train=40, n_test=60)
     record = {"table": "t", "seed": 2, "model": "m", "prefix": (~Y_test.isnan()).sum(-1).tolist()}
     tables = {"t": lambda: problem}
-    (filled,) = calibration.with_finals([record], tables, 40, 60)
+    (filled,) = calibration.with_levels([record], tables, 40, 60)
     assert filled["final"] == final.tolist() and "final" not in record
-    assert calibration.with_finals([record], {}, 40, 60) == []  # unknown table: left out
-    kept = {**record, "final": [0.5] * 60}
-    assert calibration.with_finals([kept], {}, 40, 60) == [kept]  # recorded finals are kept
+    assert (filled["M"], filled["n_train"], filled["n_test"]) == (len(problem.checkpoints), 40, 60)
+    length = torch.tensor(record["prefix"])
+    expected = [float(Y_test[i, k - 1]) if k else math.nan for i, k in enumerate(length.tolist())]
+    assert torch.equal(torch.tensor(filled["last_error"]).nan_to_num(-1), torch.tensor(expected).nan_to_num(-1))
+    assert (length == 0).any() and (length > 0).any()
+    assert calibration.with_levels([record], {}, 40, 60) == []  # unknown table: left out
+    assert calibration.with_levels([filled], {}, 40, 60) == [filled]  # recorded levels are kept
     _, Y, stopped, selected_final = calibration.split_selected(problem, 2, 50)
     selected = {**record, "split": "selected", "prefix": (~Y[stopped].isnan()).sum(-1).tolist()}
-    assert calibration.with_finals([selected], tables, 50)[0]["final"] == selected_final.tolist()
-    moved = {**record, "seed": 3}
-    with pytest.raises(ValueError, match="no longer gives"):
-        calibration.with_finals([moved], tables, 40, 60)
+    (filled,) = calibration.with_levels([selected], tables, 50)
+    assert filled["final"] == selected_final.tolist()
+    assert filled["last_error"] == calibration.last_errors(Y[stopped]).tolist()
+    for moved in ({**record, "seed": 3}, record):  # another seed; other sizes (below)
+        with pytest.raises(ValueError, match="does not give"):
+            calibration.with_levels([moved], tables, 40, 61 if moved is record else 60)
 
 
-def test_by_level_pools_coverage_by_final_error_tercile_and_step() -> None:
-    # Six runs per seed, two seeds; the finals 1..6 cut into terciles {1, 2}, {3, 4}, {5, 6}.
-    def record(seed: int, model: str, covered: list[float]) -> dict:
-        return {"table": "t", "seed": seed, "model": model, "prefix": [2, 2, 2, 0, 1, 0],
-                "final": [1.0, 3.0, 5.0, 2.0, 4.0, 6.0], "coverage50": covered, "coverage95": [1.0] * 6}
+def _record(table: str, seed: int, model: str, prefix: list[int], level: list[float],
+            covered: list[float], M: int = 4) -> dict:
+    return {"table": table, "seed": seed, "model": model, "M": M, "prefix": prefix,
+            "last_error": level, "coverage50": covered, "coverage95": [1.0] * len(prefix)}
 
-    records = [record(0, "a", [1, 0, 0, 1, 1, 1]), record(1, "a", [1, 1, 0, 0, 1, 1]),
-               record(0, "b", [0] * 6)]
-    rows = {(r["model"], r["step"], r["final_error"]): r for r in calibration.by_level(records)}
-    assert rows[("a", "last", "low")]["n"] == 2 and rows[("a", "last", "low")]["coverage50"] == 1.0
-    assert rows[("a", "last", "middle")]["coverage50"] == 0.5
-    assert rows[("a", "last", "high")]["coverage50"] == 0.0
-    assert rows[("a", "earlier", "low")]["coverage50"] == 0.5
-    assert rows[("a", "earlier", "high")]["final_error_range"] == "6.0000-6.0000"
-    assert rows[("b", "earlier", "middle")] == {**rows[("b", "earlier", "middle")], "n": 1, "coverage50": 0.0}
-    assert len(rows) == 12
+
+def test_by_level_groups_runs_by_their_observed_level_within_each_table_and_step() -> None:
+    nan = math.nan
+    # Table a (M = 4): last-step runs at levels 1..6, earlier ones at 10, 20 and 30, and
+    # one with no checkpoint; model y also has a second split whose runs have the same
+    # levels, which leaves the cuts where they are.
+    prefix = [3, 3, 3, 3, 3, 3, 1, 2, 2, 0]
+    level = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 10.0, 20.0, 30.0, nan]
+    records = [_record("a", 0, "x", prefix, level, [1, 1, 0, 1, 0, 0, 1, 0, 1, 1]),
+               _record("a", 0, "y", prefix, level, [0] * 10),
+               {**_record("a", 0, "y", prefix, level, [0] * 10), "split": "again"},
+               # Table b (M = 3) has no last-step run and a tie on a cut: levels 1, 2, 2, 3.
+               _record("b", 0, "x", [1, 1, 1, 1], [1.0, 2.0, 2.0, 3.0], [1, 0, 1, 0], M=3)]
+    rows = {(r["table"], r["model"], r["step"], r["level"]): r for r in calibration.by_level(records)}
+    low = rows[("a", "x", "last", "low")]
+    assert (low["n"], low["coverage50"], low["level_range"]) == (2, 1.0, "1.0000-2.0000")
+    assert rows[("a", "x", "last", "middle")]["coverage50"] == 0.5
+    assert rows[("a", "x", "last", "high")]["coverage50"] == 0.0
+    # The earlier step's terciles are its own (10, 20, 30), not the table's.
+    assert [rows[("a", "x", "earlier", k)]["n"] for k in ("low", "middle", "high")] == [1, 1, 1]
+    assert rows[("a", "x", "earlier", "middle")]["coverage50"] == 0.0
+    # Model y's double records do not move the cuts: its groups mirror x's, twice as large.
+    assert rows[("a", "y", "last", "low")]["n"] == 4
+    assert rows[("a", "y", "last", "low")]["coverage50_se"] == 0.0
+    assert not any(k[0] == "b" and k[2] == "last" for k in rows)
+    # b: cuts at 2 and 2 (ties go up): 1 -> low, 2, 2 and 3 -> high.
+    assert rows[("b", "x", "earlier", "low")]["n"] == 1
+    assert ("b", "x", "earlier", "middle") not in rows
+    assert rows[("b", "x", "earlier", "high")]["n"] == 3
+    assert len(rows) == 6 + 6 + 2
