@@ -368,6 +368,8 @@ def by_level(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 keep_step = torch.tensor([wanted(p) for r in group for p in r["prefix"]])
                 values = {k: torch.tensor([v for r in group for v in r[k]], dtype=torch.double)
                           for k in ("last_error", "coverage50", "coverage95")}
+                below = torch.tensor([v for r in group for v in r.get("below95", [math.nan] * len(r["prefix"]))],
+                                     dtype=torch.double)
                 tercile = torch.bucketize(values["last_error"].nan_to_num(-1.0), cuts, right=True)
                 for k, name in enumerate(("low", "middle", "high")):
                     keep = keep_step & (tercile == k)
@@ -380,6 +382,7 @@ def by_level(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     for metric in ("coverage50", "coverage95"):
                         row[metric] = float(values[metric][keep].mean())
                         row[f"{metric}_se"] = math.sqrt(row[metric] * (1 - row[metric]) / n)
+                    row["below95"] = float(below[keep].mean())  # NaN for records made before it
                     rows.append(row)
     return rows
 
@@ -490,11 +493,12 @@ def write_results(
             "step), at the last step (prefix M-1: the final conditional's one-step predictive) and "
             "for prefixes of 1..M-2 checkpoints (`earlier`); ± is the binomial standard error.",
             "",
-            "| table | model | step | level | range | n | cover 50 % | cover 95 % |",
-            "|---|---|---|---|---|---|---|---|",
+            "| table | model | step | level | range | n | cover 50 % | cover 95 % | below 95 % |",
+            "|---|---|---|---|---|---|---|---|---|",
             *(f"| {r['table']} | {r['model']} | {r['step']} | {r['level']} | {r['level_range']} | "
               f"{r['n']} | {r['coverage50']:.3f} ± {r['coverage50_se']:.3f} | "
-              f"{r['coverage95']:.3f} ± {r['coverage95_se']:.3f} |" for r in level_rows),
+              f"{r['coverage95']:.3f} ± {r['coverage95_se']:.3f} | "
+              f"{'' if math.isnan(r['below95']) else format(r['below95'], '.3f')} |" for r in level_rows),
         ]
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
     tables = sorted({r["table"] for r in rows})

@@ -181,3 +181,8 @@ def test_by_level_groups_runs_by_their_observed_level_within_each_table_and_step
     assert ("b", "x", "earlier", "middle") not in rows
     assert rows[("b", "x", "earlier", "high")]["n"] == 3
     assert len(rows) == 6 + 6 + 2
+    assert all(math.isnan(r["below95"]) for r in rows.values())  # not recorded here
+    records[0]["below95"] = [1.0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+    rows = {(r["table"], r["model"], r["step"], r["level"]): r for r in calibration.by_level(records)}
+    assert rows[("a", "x", "last", "low")]["below95"] == 0.5
+    assert rows[("a", "x", "last", "middle")]["below95"] == 0.0
