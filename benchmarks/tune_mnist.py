@@ -38,7 +38,7 @@ freeze-thaw benchmark's MNIST table, ``gpar_bo.problems.mnist.job.TUNING_CHECKPO
 ``--checkpoints`` names others, reported apart (``tune_mnist_every_epoch.*`` for every
 epoch, the default before, else ``tune_mnist_checkpoints_<epochs>.*``).
 
-    python -m benchmarks.tune_mnist --seeds 0 1 2 3 4
+    python -m benchmarks.tune_mnist --seeds $(seq 0 19)
     python -m benchmarks.tune_mnist --seeds 0 1 2 3 4 --checkpoints $(seq 1 21)
     python -m benchmarks.tune_mnist --quick        # tiny settings, for the tests
     python -m benchmarks.tune_mnist --report-only
