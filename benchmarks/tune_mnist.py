@@ -332,7 +332,7 @@ def report(records: list[dict], settings: Settings, seeds: Sequence[int], out: P
         f"checkpoints {list(settings.resolved_checkpoints)}; "
         f"seeds with all three methods: {complete}.",
         "## Summary over seeds\n\n" + markdown_table(summary),
-        f"**Freeze-thaw wins** (lower best final validation error, per seed): "
+        "**Freeze-thaw wins** (lower best final validation error, per seed): "
         + ", ".join(f"{w} of {len(complete)} against {o} ({ties[o]} tied)" for o, w in wins.items())
         + f". Target: at least {target} of {len(complete)} against each, and no epoch past a decision: "
         f"**{'met' if met else 'missed'}**.",
@@ -356,7 +356,7 @@ def report(records: list[dict], settings: Settings, seeds: Sequence[int], out: P
         f"Each run is one line of `{RUNS_FILE}`, appended by `python -m benchmarks.tune_mnist --seeds ...` "
         "(a run already in the file is not rerun); the command below wrote this report from that file.",
     ]
-    extra = {"records": list(mine.values()), "wins": wins, "target_met": met, "summary": summary,
+    extra = {"records": list(mine.values()), "wins": wins, "ties": ties, "target_met": met, "summary": summary,
              "settings": asdict(settings)}
     write_results(out, settings.stem, "`gpar-bo tune` freeze-thaw vs Ax on real MNIST training",
                   rows, command, list(seeds), notes="\n\n".join(notes), extra=extra)

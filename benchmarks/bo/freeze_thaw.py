@@ -110,7 +110,6 @@ class GPARFreezeThawFullRefits(GPARFreezeThaw):
                             "gpar_options": curve_model_options(hyperparameter_draws=0), **policy_options})
 
 
-
 class GPARFreezeThawPoint(GPARFreezeThaw):
     """The policy as it was before its curve model predicted over hyperparameter draws
     (2026-11-29): point estimates, ``curve_model_options(hyperparameter_draws=0)``. Kept

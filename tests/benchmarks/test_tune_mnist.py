@@ -105,3 +105,22 @@ def test_bad_checkpoints_are_refused_before_any_run(tmp_path, checkpoints, capsy
         bench.main(["--out", str(tmp_path), "--checkpoints", *checkpoints])
     assert "checkpoint" in capsys.readouterr().err
     assert not (tmp_path / bench.RUNS_FILE).exists()
+
+
+def test_report_counts_wins_and_ties_per_seed(tmp_path):
+    settings = bench.Settings(epochs=2, budget=4, workers=1, max_examples=300, checkpoints=(1, 2))
+    finals = {0: (0.10, 0.20, 0.10), 1: (0.30, 0.30, 0.20), 2: (0.10, 0.10, 0.40)}  # per seed, METHODS order
+
+    def record(method, seed, final):
+        return {"method": method, "seed": seed, "epochs": 2, "budget": 4, "workers": 1, "max_examples": 300,
+                "checkpoints": [1, 2], "best_final_val_error": final, "epochs_trained": 4,
+                "trials_started": 2, "trials_reaching_final_epoch": 1, "completed": 1, "stopped": 0,
+                "pauses": 1, "resumes": 0, "stop_pause_verdicts": 1, "epochs_past_decision": 0,
+                "wall_s": 1.0, "tuner_cpu_s": 1.0, "best_trial": 1}
+
+    records = [record(m, s, f[i]) for s, f in finals.items() for i, m in enumerate(bench.METHODS)]
+    text = bench.report(records, settings, list(finals), tmp_path, "cmd")
+    result = json.loads((tmp_path / f"{settings.stem}.json").read_text())
+    assert result["wins"] == {"ax_default": 1, "ax_percentile": 1}
+    assert result["ties"] == {"ax_default": 2, "ax_percentile": 1}
+    assert "1 of 3 against ax_default (2 tied)" in text and "**missed**" in text
