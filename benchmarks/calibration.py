@@ -44,7 +44,11 @@ conditional's noise below by its targets' median measurement variance; ``exp_dec
 predicted without data), a reference. ``laplace`` is the shipped curve model,
 ``curve_model_options()``, which predicts over ``HYPERPARAMETER_DRAWS`` (8) draws of its
 later conditionals' hyperparameters from the Laplace approximation of their posterior
-(:mod:`gpar_bo.laplace`).
+(:mod:`gpar_bo.laplace`). ``previous`` is that model with ``noise_prior="previous"`` (a
+candidate, not the default): from output 3 on, each conditional's LogNormal noise prior
+has its mode at the previous conditional's fitted noise
+(``gpar_bo.conditionals.center_noise_prior``); ``laplace_gamma`` is that model with
+``noise_prior="gamma"``.
 
 Usage::
 
@@ -111,6 +115,8 @@ GPAR_VARIANTS: Mapping[str, Callable[[TabularProblem], dict[str, Any]]] = {
     "gamma": lambda problem: curve_model_options(noise_prior="gamma", hyperparameter_draws=0),
     "measured": measured_options,
     "laplace": lambda problem: curve_model_options(),
+    "previous": lambda problem: curve_model_options(noise_prior="previous"),
+    "laplace_gamma": lambda problem: curve_model_options(noise_prior="gamma"),
 }
 TABLES: dict[str, Callable[[], TabularProblem]] = {
     "mnist": mnist_table,
@@ -464,7 +470,10 @@ def write_results(
         "`exp_decay` = BoTorch's `SingleTaskMultiFidelityGP` with the exponential-decay kernel "
         "(reference; Gaussian); `laplace` = the shipped curve model, `curve_model_options()` "
         f"(since 2026-11-29), which predicts over {HYPERPARAMETER_DRAWS} draws of its later "
-        "conditionals' hyperparameters from the Laplace approximation of their posterior.",
+        "conditionals' hyperparameters from the Laplace approximation of their posterior; "
+        "`previous` = the shipped model with `noise_prior=\"previous\"` (a candidate): from output 3 "
+        "on, each conditional's LogNormal noise prior has its mode at the previous conditional's "
+        "fitted noise; `laplace_gamma` = the shipped model with `noise_prior=\"gamma\"`.",
         "",
         "`fit s`: mean seconds per fit under the machine's load at the time (other sessions "
         "shared its 2 cores), not a speed measurement.",

@@ -67,7 +67,7 @@ from benchmarks.bo.analysis import (
 from benchmarks.bo.baselines import BASELINES, optuna_available
 from benchmarks.bo.freeze_thaw import (
     GPARFreezeThaw, GPARFreezeThawFullRefits, GPARFreezeThawMeasured, GPARFreezeThawMeasuredStaged,
-    GPARFreezeThawPoint,
+    GPARFreezeThawPoint, GPARFreezeThawPrevious,
 )
 from benchmarks.bo.harness import TabularProblem, simulate
 from benchmarks.bo.problems import FUNNEL_CSV, MNIST_STUDY_CSV, funnel_table, mnist_table, synthetic_problem
@@ -78,12 +78,13 @@ HARNESS_METHODS: dict[str, Callable] = {
     REFERENCE: GPARFreezeThaw, GPARFreezeThawMeasured.name: GPARFreezeThawMeasured,
     GPARFreezeThawMeasuredStaged.name: GPARFreezeThawMeasuredStaged,
     GPARFreezeThawFullRefits.name: GPARFreezeThawFullRefits,
-    GPARFreezeThawPoint.name: GPARFreezeThawPoint, **BASELINES
+    GPARFreezeThawPoint.name: GPARFreezeThawPoint, GPARFreezeThawPrevious.name: GPARFreezeThawPrevious,
+    **BASELINES
 }
 #: Variants of the policy (candidates, and the earlier default): run only when named in
 #: ``--methods``.
 CANDIDATES = (GPARFreezeThawMeasured.name, GPARFreezeThawMeasuredStaged.name,
-              GPARFreezeThawFullRefits.name, GPARFreezeThawPoint.name)
+              GPARFreezeThawFullRefits.name, GPARFreezeThawPoint.name, GPARFreezeThawPrevious.name)
 #: Syne Tune's schedulers by the names used here (its class names as values).
 SYNE_TUNE_METHODS = {
     "syne_bohb": "BOHB",

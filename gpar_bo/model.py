@@ -120,7 +120,12 @@ class GPARModel(Model):
             on its standardised targets: "lognormal" (``SingleTaskGP``'s default,
             LogNormal(-4, 1): nearly noiseless targets) or "gamma" (BoTorch's
             Gamma(1.1, 0.05), nearly flat over [0, 1]), for outputs that may be
-            largely noise (see ``conditionals.NOISE_PRIORS`` and ``docs/model.md``).
+            largely noise (see ``conditionals.NOISE_PRIORS`` and ``docs/model.md``),
+            or "previous": "lognormal" for outputs 1 and 2, then for each later
+            output a LogNormal prior of the same spread whose mode is the previous
+            conditional's fitted noise (``conditionals.center_noise_prior``). Output
+            2 is where the curve model's increments start; a prior is only moved
+            between outputs of one kind.
             The paper's conventions have no noise prior.
         hyperparameter_draws: Predict with the mixture over this many draws of every
             later conditional's hyperparameters (outputs 2..M) from the Laplace
@@ -335,6 +340,8 @@ class GPARModel(Model):
             if m not in fitted:
                 chain.feed(m, gp)
                 continue
+            if self.noise_prior == "previous" and m >= 2:  # see the noise_prior argument
+                spec.center_noise_prior(gp, conditionals[m - 1])
             try:
                 # Each evaluation builds small kernel matrices, for which lazy
                 # kernel tensors are overhead rather than savings.

@@ -193,10 +193,11 @@ def test_every_kernel_family_fits_and_predicts(
     assert (posterior.variance > 0).all()
 
 
-def test_fitting_one_output_per_call_in_order_is_fitting_all_at_once() -> None:
+@pytest.mark.parametrize("noise_prior", ["lognormal", "previous"])
+def test_fitting_one_output_per_call_in_order_is_fitting_all_at_once(noise_prior: str) -> None:
     X, Y = partial_curves(n=20)
-    whole = fit(GPARModel(X, Y, denoise=True), maxiter=10)
-    staged = GPARModel(X, Y, denoise=True)
+    whole = fit(GPARModel(X, Y, denoise=True, noise_prior=noise_prior), maxiter=10)
+    staged = GPARModel(X, Y, denoise=True, noise_prior=noise_prior)
     kwargs = {"optimizer_kwargs": {"options": {"maxiter": 10}}}
     for m in range(staged.num_outputs):
         before = copy.deepcopy(staged.hyperparameters())
@@ -506,7 +507,7 @@ def test_bad_options_and_names_are_rejected() -> None:
         GPARModel(X, Y, kernel="cubic")
     with pytest.raises(ValueError, match="Unknown output 7"):
         GPARModel(X, Y, output_names=EPOCHS).output_index(7)
-    with pytest.raises(ValueError, match=r"noise_prior must be one of \['gamma', 'lognormal'\]"):
+    with pytest.raises(ValueError, match=r"noise_prior must be one of \['gamma', 'lognormal', 'previous'\]"):
         GPARModel(X, Y, noise_prior="flat")
     with pytest.raises(ValueError, match="fits without priors"):
         GPARModel(X.double(), Y.double(), conventions="paper", noise_prior="gamma")
@@ -523,6 +524,53 @@ def test_noise_prior_option_sets_every_conditionals_prior() -> None:
     # The option survives rebuilding the model on more data.
     conditioned = GPARModel(X, Y, noise_prior="gamma").condition_on_observations(X[:2], Y[:2])
     assert all(type(gp.likelihood.noise_covar.noise_prior) is GammaPrior for gp in conditioned.conditionals)
+
+
+def test_center_noise_prior_moves_the_prior_to_the_previous_noise_in_the_new_units() -> None:
+    from gpytorch.priors import LogNormalPrior
+
+    from gpar_bo.conditionals import NOISE_PRIORS, PREVIOUS_NOISE_SCALE, center_noise_prior
+
+    def conditional(scale: float, noise: float, prior: str = "previous") -> SingleTaskGP:
+        X = torch.rand(8, 1, dtype=torch.double)
+        Y = scale * torch.randn(8, 1, dtype=torch.double)
+        gp = SingleTaskGP(X, Y, likelihood=NOISE_PRIORS[prior]()).double()
+        gp.likelihood.noise = torch.tensor(noise)
+        return gp
+
+    previous, gp = conditional(2.0, 0.02), conditional(0.5, 0.3)
+    center_noise_prior(gp, previous)
+    # 0.02 standardised units of a target 4x as spread as this one's (in variance) is
+    # the previous noise in this conditional's units.
+    ratio = (previous.outcome_transform.stdvs / gp.outcome_transform.stdvs).squeeze() ** 2
+    expected = 0.02 * ratio
+    prior = gp.likelihood.noise_covar.noise_prior
+    assert isinstance(prior, LogNormalPrior)
+    torch.testing.assert_close(prior.mode, expected)
+    torch.testing.assert_close(prior.scale, torch.tensor(PREVIOUS_NOISE_SCALE, dtype=torch.double))
+    torch.testing.assert_close(gp.likelihood.noise.squeeze(), expected)  # the fit starts there
+    # A previous noise below the constraint's bound cannot become the centre.
+    floor = float(gp.likelihood.noise_covar.raw_noise_constraint.lower_bound)
+    center_noise_prior(gp, conditional(2.0, 1.01 * floor))
+    assert float(gp.likelihood.noise) >= 2 * floor
+    with pytest.raises(ValueError, match="LogNormal noise prior"):
+        center_noise_prior(conditional(1.0, 0.1, prior="gamma"), previous)
+
+
+def test_previous_noise_prior_chains_the_fitted_noises_from_output_3() -> None:
+    from gpar_bo.curve_model import curve_model_options
+
+    X, Y = partial_curves(n=30)
+    model = fit(GPARModel(X, Y, **curve_model_options(noise_prior="previous", hyperparameter_draws=0)),
+                maxiter=20)
+    conditionals = list(model.conditionals)
+    for gp in conditionals[:2]:  # the level, then the first increment: BoTorch's prior
+        prior = gp.likelihood.noise_covar.noise_prior
+        assert (float(prior.loc), float(prior.scale)) == (-4.0, 1.0)
+    for previous, gp in zip(conditionals[1:], conditionals[2:]):
+        ratio = (previous.outcome_transform.stdvs / gp.outcome_transform.stdvs).squeeze() ** 2
+        center = previous.likelihood.noise.squeeze().detach() * ratio
+        torch.testing.assert_close(gp.likelihood.noise_covar.noise_prior.mode, center)
 
 
 def test_conditional_fits_default_to_the_relative_tolerance_and_accept_overrides(

@@ -18,7 +18,7 @@ from gpar_bo.freeze_thaw import FreezeThawPolicy
 
 __all__ = [
     "GPARFreezeThaw", "GPARFreezeThawFullRefits", "GPARFreezeThawMeasured", "GPARFreezeThawMeasuredStaged",
-    "GPARFreezeThawPoint",
+    "GPARFreezeThawPoint", "GPARFreezeThawPrevious",
 ]
 
 
@@ -119,3 +119,15 @@ class GPARFreezeThawPoint(GPARFreezeThaw):
 
     def __init__(self, **policy_options) -> None:
         super().__init__(**{"gpar_options": curve_model_options(hyperparameter_draws=0), **policy_options})
+
+
+class GPARFreezeThawPrevious(GPARFreezeThaw):
+    """A candidate: the policy with each later conditional's noise prior's mode at the
+    previous conditional's noise, ``curve_model_options(noise_prior="previous")``
+    (``gpar_bo.conditionals.center_noise_prior``). Not the default: measured on the
+    development data first."""
+
+    name = "gpar_freeze_thaw_previous"
+
+    def __init__(self, **policy_options) -> None:
+        super().__init__(**{"gpar_options": curve_model_options(noise_prior="previous"), **policy_options})
