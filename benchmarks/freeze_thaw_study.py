@@ -476,6 +476,9 @@ def main(argv: list[str] | None = None) -> str:
                         help=f"synthetic generator seeds, 'mnist', {', '.join(repr(f) for f in FUNNEL_CSV)} (funnel tables: "
                              f"NAME:ROWS for the first ROWS rows; default: {' '.join(DEFAULT_TABLES)})")
     parser.add_argument("--seeds", type=int, default=5, help="run seeds 0..N-1 (default 5)")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="run only seeds K..N-1 (e.g. to split seeds between clones); the report "
+                             "still covers 0..N-1")
     parser.add_argument("--methods", nargs="+", default=None, choices=METHODS,
                         help="default: every method whose dependencies are installed, "
                              "but the policy's variants (candidates and the earlier default)")
@@ -486,6 +489,8 @@ def main(argv: list[str] | None = None) -> str:
     if args.quick:
         args.tables, args.seeds = ["quick"], 2
         args.methods = args.methods or [REFERENCE, "asha", "random"]
+    if not 0 <= args.first_seed < args.seeds:
+        parser.error(f"--first-seed must be in 0..{args.seeds - 1} (the seeds run are K..N-1); got {args.first_seed}")
     try:  # every table is built here, so a bad name or row count fails before any run
         args.tables = [canonical_table(t) for t in args.tables]
         problems = {t: make_problem(t) for t in args.tables}
@@ -508,7 +513,7 @@ def main(argv: list[str] | None = None) -> str:
         if not args.report_only:
             from tqdm import tqdm
 
-            todo = [(m, t, s) for t in args.tables for s in range(args.seeds) for m in methods
+            todo = [(m, t, s) for t in args.tables for s in range(args.first_seed, args.seeds) for m in methods
                     if (m, t, problems[t].X.shape[0], s, budget_of(t, problems[t])) not in done]
             for method, table, seed in tqdm(todo, desc="runs", unit="run"):
                 problem = problems[table]

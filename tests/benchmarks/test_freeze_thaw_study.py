@@ -111,6 +111,30 @@ def test_the_full_refit_policy_is_the_package_policy_without_staged_refits_and_n
     assert not set(freeze_thaw_study.CANDIDATES) & set(defaults)
 
 
+def test_the_previous_noise_policy_is_the_package_policy_with_that_prior_and_not_a_default() -> None:
+    from benchmarks import freeze_thaw_study
+    from benchmarks.bo.freeze_thaw import GPARFreezeThawPrevious
+    from benchmarks.bo.problems import synthetic_problem
+
+    method = GPARFreezeThawPrevious()
+    method.reset(synthetic_problem(n=20, seed=1), seed=0)
+    options = method.policy.gpar_options
+    assert options["noise_prior"] == "previous" and options["hyperparameter_draws"] > 0
+    assert method.policy.staged_refits  # otherwise the shipped policy
+    assert method.name in freeze_thaw_study.CANDIDATES
+
+
+def test_first_seed_runs_only_the_later_seeds_and_reports_them_all(tmp_path):
+    study.main(["--quick", "--methods", "random", "--first-seed", "1", "--out", str(tmp_path)])
+    lines = [json.loads(x) for x in (tmp_path / "freeze_thaw_runs.jsonl").read_text().splitlines()]
+    assert [x["seed"] for x in lines] == [1]
+    study.main(["--quick", "--methods", "random", "--out", str(tmp_path)])  # the rest, resumed
+    lines = [json.loads(x) for x in (tmp_path / "freeze_thaw_runs.jsonl").read_text().splitlines()]
+    assert sorted(x["seed"] for x in lines) == [0, 1]
+    with pytest.raises(SystemExit):
+        study.main(["--quick", "--methods", "random", "--first-seed", "2", "--out", str(tmp_path)])
+
+
 @pytest.mark.parametrize(("table", "canonical"), [
     ("101", "101"), ("0101", "101"), ("mnist", "mnist"), ("quick", "quick"), ("digits", "digits"),
     ("digits:10", "digits:10"), ("digits:010", "digits:10"), ("breast_cancer:10", "breast_cancer:10"),
