@@ -235,8 +235,10 @@ def center_noise_prior(gp: SingleTaskGP, previous: SingleTaskGP) -> None:
     the LogNormal of scale ``PREVIOUS_NOISE_SCALE`` whose mode is ``v``, the previous
     conditional's noise variance in ``gp``'s target units: where the data cannot tell
     noise from signal, the fit keeps the previous noise (a prior centred by its median
-    would shrink it by ``e`` at every step). The constraint's lower bound still holds
-    (``v`` is kept at least twice it).
+    would shrink it by ``e`` at every step). The fit starts from ``v`` too, also when it
+    is warm-started from an earlier fit: where the data cannot tell, the earlier fit's
+    noise is the earlier prior's choice. The constraint's lower bound still holds (``v``
+    is kept at least twice it).
 
     Raises:
         ValueError: ``gp``'s likelihood has no LogNormal noise prior to move.

@@ -32,9 +32,11 @@ from botorch.models.model import Model
 from botorch.models.transforms.outcome import OutcomeTransform
 from botorch.posteriors import Posterior
 from gpytorch.likelihoods import Likelihood
+from gpytorch.priors import Prior
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.settings import lazily_evaluate_kernels
 from torch import Tensor
+from torch.distributions import TransformedDistribution
 from torch.nn import Module, ModuleList
 
 from gpar_bo import conditionals as spec
@@ -123,9 +125,10 @@ class GPARModel(Model):
             largely noise (see ``conditionals.NOISE_PRIORS`` and ``docs/model.md``),
             or "previous": "lognormal" for outputs 1 and 2, then for each later
             output a LogNormal prior of the same spread whose mode is the previous
-            conditional's fitted noise (``conditionals.center_noise_prior``). Output
-            2 is where the curve model's increments start; a prior is only moved
-            between outputs of one kind.
+            conditional's fitted noise (``conditionals.center_noise_prior``). It
+            assumes the curve model's layout (``LogIncrements``: output 1 a level,
+            outputs 2..M increments), so that a prior is only moved between outputs
+            of one kind.
             The paper's conventions have no noise prior.
         hyperparameter_draws: Predict with the mixture over this many draws of every
             later conditional's hyperparameters (outputs 2..M) from the Laplace
@@ -611,6 +614,11 @@ class GPARModel(Model):
                     f"missing keys {result.missing_keys}, unexpected keys "
                     f"{result.unexpected_keys}."
                 )
+        # GPyTorch updates a LogNormal prior's distribution from its saved location only
+        # when the prior itself is loaded (a moved prior: noise_prior="previous").
+        for module in self.modules():
+            if isinstance(module, Prior) and isinstance(module, TransformedDistribution):
+                module.load_state_dict(module.state_dict())
         self._chain.refeed(self.conditionals, rebuild_all=keep_transforms)
         return result
 

@@ -549,10 +549,14 @@ def test_center_noise_prior_moves_the_prior_to_the_previous_noise_in_the_new_uni
     torch.testing.assert_close(prior.mode, expected)
     torch.testing.assert_close(prior.scale, torch.tensor(PREVIOUS_NOISE_SCALE, dtype=torch.double))
     torch.testing.assert_close(gp.likelihood.noise.squeeze(), expected)  # the fit starts there
-    # A previous noise below the constraint's bound cannot become the centre.
+    # A previous noise that converts to below the constraint's bound is held above it.
     floor = float(gp.likelihood.noise_covar.raw_noise_constraint.lower_bound)
-    center_noise_prior(gp, conditional(2.0, 1.01 * floor))
-    assert float(gp.likelihood.noise) >= 2 * floor
+    tiny = conditional(0.01, 1.01 * floor)  # about 1e-3 of its noise in this one's units
+    assert float(tiny.likelihood.noise.detach()) * float(
+        (tiny.outcome_transform.stdvs / gp.outcome_transform.stdvs).squeeze() ** 2) < floor
+    center_noise_prior(gp, tiny)
+    assert float(gp.likelihood.noise.detach()) == pytest.approx(2 * floor)
+    assert float(gp.likelihood.noise_covar.noise_prior.mode) == pytest.approx(2 * floor)
     with pytest.raises(ValueError, match="LogNormal noise prior"):
         center_noise_prior(conditional(1.0, 0.1, prior="gamma"), previous)
 
@@ -571,6 +575,13 @@ def test_previous_noise_prior_chains_the_fitted_noises_from_output_3() -> None:
         ratio = (previous.outcome_transform.stdvs / gp.outcome_transform.stdvs).squeeze() ** 2
         center = previous.likelihood.noise.squeeze().detach() * ratio
         torch.testing.assert_close(gp.likelihood.noise_covar.noise_prior.mode, center)
+    # A fresh model loaded with these hyperparameters has the moved priors in force.
+    fresh = GPARModel(X, Y, **curve_model_options(noise_prior="previous", hyperparameter_draws=0))
+    fresh.load_state_dict(model.state_dict())
+    for loaded, fitted in zip(list(fresh.conditionals)[2:], conditionals[2:]):
+        value = loaded.likelihood.noise.detach()
+        torch.testing.assert_close(loaded.likelihood.noise_covar.noise_prior.log_prob(value),
+                                   fitted.likelihood.noise_covar.noise_prior.log_prob(value))
 
 
 def test_conditional_fits_default_to_the_relative_tolerance_and_accept_overrides(
