@@ -32,11 +32,9 @@ from botorch.models.model import Model
 from botorch.models.transforms.outcome import OutcomeTransform
 from botorch.posteriors import Posterior
 from gpytorch.likelihoods import Likelihood
-from gpytorch.priors import Prior
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.settings import lazily_evaluate_kernels
 from torch import Tensor
-from torch.distributions import TransformedDistribution
 from torch.nn import Module, ModuleList
 
 from gpar_bo import conditionals as spec
@@ -614,11 +612,14 @@ class GPARModel(Model):
                     f"missing keys {result.missing_keys}, unexpected keys "
                     f"{result.unexpected_keys}."
                 )
-        # GPyTorch updates a LogNormal prior's distribution from its saved location only
-        # when the prior itself is loaded (a moved prior: noise_prior="previous").
-        for module in self.modules():
-            if isinstance(module, Prior) and isinstance(module, TransformedDistribution):
-                module.load_state_dict(module.state_dict())
+        if self.noise_prior == "previous":
+            # Its noise priors were moved (center_noise_prior), and GPyTorch updates a
+            # prior's distribution from the loaded location only when the prior itself is
+            # loaded. (Only these: BoTorch's default priors evaluate in float32 however
+            # their saved locations are stored, and must keep doing so.)
+            for gp in list(self.conditionals)[2:]:  # the moved ones (see custom_fit)
+                prior = gp.likelihood.noise_covar.noise_prior
+                prior.load_state_dict(prior.state_dict())
         self._chain.refeed(self.conditionals, rebuild_all=keep_transforms)
         return result
 
