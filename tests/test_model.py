@@ -584,6 +584,26 @@ def test_previous_noise_prior_chains_the_fitted_noises_from_output_3() -> None:
                                    fitted.likelihood.noise_covar.noise_prior.log_prob(value))
 
 
+def test_reloading_a_fit_keeps_each_conditionals_objective_exactly() -> None:
+    from gpytorch.mlls import ExactMarginalLogLikelihood
+
+    from gpar_bo.curve_model import curve_model_options
+    from gpar_bo.model import _objective
+
+    # The policy reloads its last fit between refits: the reloaded model must be the fitted
+    # one up to rounding (priors included), or its next warm-started refit takes another path.
+    X, Y = partial_curves(n=30)
+    for options in ({}, {"noise_prior": "previous"}):
+        model = fit(GPARModel(X, Y, **curve_model_options(hyperparameter_draws=0, **options)), maxiter=10)
+        fresh = GPARModel(X, Y, **curve_model_options(hyperparameter_draws=0, **options))
+        fresh.load_state_dict(model.state_dict())
+        for loaded, fitted in zip(fresh.conditionals, model.conditionals):
+            # Rounding of the recomputed fed values only (1e-15); a prior evaluated in
+            # another precision moves it by about 1e-8.
+            assert _objective(ExactMarginalLogLikelihood(loaded.likelihood, loaded)) == pytest.approx(
+                _objective(ExactMarginalLogLikelihood(fitted.likelihood, fitted)), rel=1e-11, abs=1e-12)
+
+
 def test_conditional_fits_default_to_the_relative_tolerance_and_accept_overrides(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
