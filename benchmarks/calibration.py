@@ -48,7 +48,8 @@ later conditionals' hyperparameters from the Laplace approximation of their post
 candidate, not the default): from output 3 on, each conditional's LogNormal noise prior
 has its mode at the previous conditional's fitted noise
 (``gpar_bo.conditionals.center_noise_prior``); ``laplace_gamma`` is that model with
-``noise_prior="gamma"``.
+``noise_prior="gamma"``, and ``laplace_measured`` that model told the table's measurement
+noise (``measured`` with the draws).
 
 Usage::
 
@@ -101,12 +102,13 @@ N_SELECTED, KEEP = 200, 0.6
 SPLITS = ("random", "selected")
 NUM_PATHS = 256
 SEEDS = (0, 1, 2)
-def measured_options(problem: TabularProblem) -> dict[str, Any]:
-    """The curve model with point estimates told ``problem``'s measurement noise (which it
-    must record)."""
+def measured_options(problem: TabularProblem, **overrides: Any) -> dict[str, Any]:
+    """The curve model with point estimates (unless ``overrides`` say otherwise) told
+    ``problem``'s measurement noise (which it must record)."""
     if problem.measurement_noise is None:
         raise ValueError(f"{problem.name} records no measurement noise: the 'measured' model needs it.")
-    return curve_model_options(measurement_noise=problem.measurement_noise, hyperparameter_draws=0)
+    return curve_model_options(**{"measurement_noise": problem.measurement_noise,
+                                  "hyperparameter_draws": 0, **overrides})
 
 
 #: GPAR models by name: the problem's options of each.
@@ -117,6 +119,7 @@ GPAR_VARIANTS: Mapping[str, Callable[[TabularProblem], dict[str, Any]]] = {
     "laplace": lambda problem: curve_model_options(),
     "previous": lambda problem: curve_model_options(noise_prior="previous"),
     "laplace_gamma": lambda problem: curve_model_options(noise_prior="gamma"),
+    "laplace_measured": lambda problem: measured_options(problem, hyperparameter_draws=HYPERPARAMETER_DRAWS),
 }
 TABLES: dict[str, Callable[[], TabularProblem]] = {
     "mnist": mnist_table,
@@ -473,7 +476,8 @@ def write_results(
         "conditionals' hyperparameters from the Laplace approximation of their posterior; "
         "`previous` = the shipped model with `noise_prior=\"previous\"` (a candidate): from output 3 "
         "on, each conditional's LogNormal noise prior has its mode at the previous conditional's "
-        "fitted noise; `laplace_gamma` = the shipped model with `noise_prior=\"gamma\"`.",
+        "fitted noise; `laplace_gamma` = the shipped model with `noise_prior=\"gamma\"`; "
+        "`laplace_measured` = the shipped model told the table's measurement noise.",
         "",
         "`fit s`: mean seconds per fit under the machine's load at the time (other sessions "
         "shared its 2 cores), not a speed measurement.",
