@@ -65,7 +65,9 @@ import argparse
 import json
 import logging
 import math
+import os
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -390,7 +392,26 @@ def syne_tune_version() -> str:
     return syne_tune.__version__
 
 
+def exit_with_parent(interval: float = 2.0) -> None:
+    """Exit as soon as the process that started this one is gone.
+
+    A study killed mid-run (``kill -9`` included) cannot stop its driver, which would go
+    on simulating for up to an hour with no one to read its trace. A daemon thread polls
+    the parent's pid (a process whose parent dies is re-parented) every ``interval``
+    seconds.
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> None:
+    exit_with_parent()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--table", required=True, help=".npz with X, error, loss, checkpoints")
     parser.add_argument("--method", required=True, choices=METHODS)

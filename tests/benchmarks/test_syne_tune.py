@@ -114,3 +114,39 @@ def test_missing_python_is_one_clear_line(tmp_path) -> None:
         syne_tune_python(tmp_path / "no-python")
     assert "\n" not in str(error.value)
     assert not syne_tune_available(tmp_path / "no-python")
+
+
+def test_the_driver_exits_when_the_study_that_started_it_is_killed(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    def running(pid: int) -> bool:  # a re-parented process may stay a zombie: that is gone
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    pid_file = tmp_path / "pid"
+    driver = (f"import os, time; from benchmarks.syne_tune.driver import exit_with_parent; "
+              f"exit_with_parent(interval=0.05); open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+              f"time.sleep(60)")
+    # A parent that starts the driver and waits for it, killed as a study would be.
+    parent = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {driver!r}])"],
+        cwd=Path(__file__).resolve().parents[2], env={**os.environ, "PYTHONPATH": "."},
+    )
+    deadline = time.monotonic() + 30
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline, "the driver did not start"
+        time.sleep(0.05)
+    pid = int(pid_file.read_text())
+    assert running(pid)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while running(pid):
+        assert time.monotonic() < deadline, "the driver outlived its parent"
+        time.sleep(0.05)
