@@ -55,6 +55,9 @@ NOISE_PRIORS = {
 #: The log-scale of a noise prior centred on the previous conditional's noise
 #: (``noise_prior="previous"``): that of BoTorch's LogNormal(-4, 1), moved, not narrowed.
 PREVIOUS_NOISE_SCALE = 1.0
+#: The first output (0-based) whose noise prior ``noise_prior="previous"`` moves: the
+#: curve model's second increment, so that a prior only moves between increments.
+PREVIOUS_NOISE_FROM = 2
 
 
 def window(m: int, markov: int | None) -> list[int]:

@@ -341,7 +341,7 @@ class GPARModel(Model):
             if m not in fitted:
                 chain.feed(m, gp)
                 continue
-            if self.noise_prior == "previous" and m >= 2:  # see the noise_prior argument
+            if self.noise_prior == "previous" and m >= spec.PREVIOUS_NOISE_FROM:
                 spec.center_noise_prior(gp, conditionals[m - 1])
             try:
                 # Each evaluation builds small kernel matrices, for which lazy
@@ -617,7 +617,7 @@ class GPARModel(Model):
             # prior's distribution from the loaded location only when the prior itself is
             # loaded. (Only these: BoTorch's default priors evaluate in float32 however
             # their saved locations are stored, and must keep doing so.)
-            for gp in list(self.conditionals)[2:]:  # the moved ones (see custom_fit)
+            for gp in list(self.conditionals)[spec.PREVIOUS_NOISE_FROM:]:
                 prior = gp.likelihood.noise_covar.noise_prior
                 prior.load_state_dict(prior.state_dict())
         self._chain.refeed(self.conditionals, rebuild_all=keep_transforms)
