@@ -62,7 +62,7 @@ import numpy as np
 import torch
 
 from benchmarks.bo.analysis import (
-    budget_spending, chosen_quality_regret, epochs_to_threshold, mean_se, regret_bands, regret_at, wilcoxon_less,
+    budget_spending, chosen_quality_regret, late_promotions, epochs_to_threshold, mean_se, regret_bands, regret_at, wilcoxon_less,
 )
 from benchmarks.bo.baselines import BASELINES, optuna_available
 from benchmarks.bo.freeze_thaw import (
@@ -268,6 +268,7 @@ def spending_rows(table: str, problem: TabularProblem, runs: dict[str, list[dict
     for method, lines in runs.items():
         spent = [budget_spending(x["trace"], error) for x in lines]
         left = [s["best_epochs"] for s in spent if 0 < s["best_epochs"] < num_epochs]
+        late = sum(late_promotions(x["trace"], error, problem.checkpoints) for x in lines)
         rows.append({
             "table": table, "method": method, "seeds": len(spent),
             "settings_tried": float(np.mean([s["tried"] for s in spent])),
@@ -276,6 +277,8 @@ def spending_rows(table: str, problem: TabularProblem, runs: dict[str, list[dict
             "best_finished": sum(s["best_epochs"] == num_epochs for s in spent),
             "best_left_at_epoch": float(np.median(left)) if left else math.nan,
             "top10_finished": float(np.mean([s["top10_finished"] for s in spent])),
+            **{f"late_continued_{name}": late[i, 0] / late[i, 1] if late[i, 1] else math.nan
+               for i, name in enumerate(("top10%", "10-25%", "rest"))},
         })
     return rows
 
@@ -448,7 +451,11 @@ def report(lines: list[dict], problems: Mapping[str, TabularProblem], out: Path,
         "seeds the table's best setting (by final error) was started and trained to the end, "
         "and the median epoch it was left at where it was started but not finished (a "
         "promotion missed, not a search that never found it); the mean number of the table's "
-        "10 best settings trained to the end.\n\n"
+        "10 best settings trained to the end. `late_continued_*`: at the checkpoints before "
+        "the last two steps, the share of the runs there that were trained on to the next "
+        "checkpoint, by their standing among all the table's settings at that checkpoint "
+        "(its top 10 %, the next 15 %, the rest; pooled over seeds; a run still paused at "
+        "the end counts as not continued).\n\n"
         + markdown_table(spending)
     )
     for table, cost in costs.items():

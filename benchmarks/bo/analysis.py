@@ -97,6 +97,48 @@ def budget_spending(trace: dict, error: np.ndarray) -> dict[str, float]:
     }
 
 
+#: Bins of a run's standing at a checkpoint (the share of the table's settings with a
+#: lower error there) for ``late_promotions``: its top 10 %, the next 15 %, the rest.
+STANDING_BINS = (0.10, 0.25)
+
+
+def late_promotions(trace: dict, error: np.ndarray, checkpoints: Sequence[int]) -> np.ndarray:
+    """How often a search trained on the runs that stood well at its last two decisions.
+
+    At each checkpoint before the last two steps (``checkpoints[-3]`` and
+    ``checkpoints[-2]``), every run that reached it is placed by its standing there: the
+    share of the table's settings with a lower error at that checkpoint (the table's, not
+    the search's, so that searches with different pools are compared on one scale). A
+    run is continued if it reached the next checkpoint. Runs still paused when the budget
+    ran out count as not continued.
+
+    Args:
+        trace: A ``Trace.to_json()`` dict (``trials``: setting and epochs each; a
+            setting resumed in several trials counts with its furthest epoch).
+        error: ``N x E`` the table's errors per epoch.
+        checkpoints: The increasing epochs at which runs report (at least three).
+
+    Returns:
+        ``len(STANDING_BINS) + 1`` x 2 counts: per standing bin, runs continued and runs
+        that reached one of the two checkpoints.
+    """
+    if len(checkpoints) < 3:
+        raise ValueError(f"late_promotions needs at least three checkpoints; got {list(checkpoints)}.")
+    furthest: dict[int, int] = {}
+    for trial in trace["trials"]:
+        furthest[trial["setting"]] = max(furthest.get(trial["setting"], 0), trial["epochs"])
+    counts = np.zeros((len(STANDING_BINS) + 1, 2), dtype=int)
+    for at, following in zip(checkpoints[-3:-1], checkpoints[-2:]):
+        column = np.sort(error[:, at - 1])
+        for setting, epochs in furthest.items():
+            if epochs < at:
+                continue
+            standing = np.searchsorted(column, error[setting, at - 1], side="left") / len(column)
+            row = int(np.searchsorted(STANDING_BINS, standing, side="right"))
+            counts[row] += (epochs >= following, 1)
+    return counts
+
+
 def mean_se(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Mean and standard error over the first axis (``S x G`` -> two ``G`` arrays).
 

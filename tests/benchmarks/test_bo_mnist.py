@@ -199,6 +199,22 @@ def test_budget_spending_tells_a_missed_promotion_from_a_missed_search() -> None
     assert analysis.budget_spending({"trials": trace["trials"][1:2]}, error)["best_epochs"] == 0
 
 
+def test_late_promotions_places_runs_by_their_standing_in_the_table() -> None:
+    # 20 settings, checkpoints at epochs 1, 2, 3, 4: the late decisions are at epochs 2 and 3
+    error = np.tile(np.linspace(0.1, 0.6, 20)[:, None], (1, 4))  # setting i ranks i-th everywhere
+    trace = {"trials": [
+        {"setting": 0, "epochs": 4},  # top 10 % at epochs 2 and 3: continued at both
+        {"setting": 1, "epochs": 2},  # top 10 % at epoch 2, left there
+        {"setting": 3, "epochs": 1}, {"setting": 3, "epochs": 3},  # next 15 %: resumed, continued once
+        {"setting": 10, "epochs": 1},  # never reached a late checkpoint: not counted
+        {"setting": 12, "epochs": 4},  # the rest: continued at both
+    ]}
+    counts = analysis.late_promotions(trace, error, [1, 2, 3, 4])
+    assert counts.tolist() == [[2, 3], [1, 2], [2, 2]]
+    with pytest.raises(ValueError, match="three checkpoints"):
+        analysis.late_promotions(trace, error, [2, 4])
+
+
 def test_epochs_to_threshold_and_overhead() -> None:
     assert analysis.epochs_to_threshold(TRACE, best=0.097) == 60
     assert analysis.epochs_to_threshold(TRACE, best=0.296) == 21

@@ -1,13 +1,14 @@
 """The freeze-thaw study's quick variant: runs, resumes, reports what the traces say."""
 
 import json
+import math
 
 import numpy as np
 import pytest
 import torch
 
 from benchmarks import freeze_thaw_study as study
-from benchmarks.bo.analysis import chosen_quality_regret
+from benchmarks.bo.analysis import chosen_quality_regret, late_promotions
 
 
 def test_quick_study_writes_report_resumes_and_matches_traces(tmp_path):
@@ -43,6 +44,11 @@ def test_quick_study_writes_report_resumes_and_matches_traces(tmp_path):
         assert row["settings_tried"] == pytest.approx(
             np.mean([len({t["setting"] for t in trace["trials"]}) for trace in mine]))
         assert 0 <= row["best_finished"] <= row["best_started"] <= row["seeds"] == 2
+        late = sum(late_promotions(trace, problem.error.numpy(), problem.checkpoints) for trace in mine)
+        assert late[:, 1].sum() > 0  # some run reached a late checkpoint
+        for (continued, reached), name in zip(late, ("top10%", "10-25%", "rest")):
+            share = row[f"late_continued_{name}"]
+            assert share == pytest.approx(continued / reached) if reached else math.isnan(share)
 
 
 def test_chosen_quality_is_the_truth_where_known_else_the_last_epochs_mean() -> None:
