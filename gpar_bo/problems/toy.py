@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from gpar_bo.tuning.jobs import Report
 
 if TYPE_CHECKING:
-    from gpar_bo.tuning.loop import TuningProblem
+    from gpar_bo.tuning.problem import TuningProblem
 
 __all__ = ["toy_problem", "train_toy_curves"]
 
@@ -18,7 +18,7 @@ def toy_problem(epochs: int = 8, seconds_per_epoch: float = 0.0) -> TuningProble
     # Imported here: training workers import this module for its job, not Ax.
     from ax.core.parameter import ParameterType, RangeParameter
 
-    from gpar_bo.tuning.loop import TuningProblem
+    from gpar_bo.tuning.problem import TuningProblem
 
     return TuningProblem(
         name="toy_curves",

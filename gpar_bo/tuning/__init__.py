@@ -1,5 +1,6 @@
 """``gpar-bo tune``: the tuning application built on :mod:`gpar_bo.ax`.
 
+* :mod:`~gpar_bo.tuning.problem`: :class:`TuningProblem`, what is tuned;
 * :mod:`~gpar_bo.tuning.loop`: :func:`tune`, the Orchestrator loop under an epoch budget;
 * :mod:`~gpar_bo.tuning.space`: :func:`problem_from_space`, a training function and a
   search-space file as a :class:`TuningProblem` (``--job`` / ``--space``);
@@ -29,7 +30,7 @@ from typing import Any
 
 __all__ = ["TuningProblem", "problem_from_space", "tune"]
 
-_LAZY = {"TuningProblem": "gpar_bo.tuning.loop", "tune": "gpar_bo.tuning.loop",
+_LAZY = {"TuningProblem": "gpar_bo.tuning.problem", "tune": "gpar_bo.tuning.loop",
          "problem_from_space": "gpar_bo.tuning.space"}
 
 

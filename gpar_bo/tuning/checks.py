@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from gpar_bo.tuning.errors import TuneSettingsError
 from gpar_bo.tuning.jobs import DEFAULT_VERDICT_TIMEOUT, resolve
+from gpar_bo.tuning.session import SCHEDULERS
 
 if TYPE_CHECKING:
-    from gpar_bo.tuning.loop import TuningProblem
+    from gpar_bo.tuning.problem import TuningProblem
 
 __all__ = ["check_job", "check_output_directory", "check_scheduler", "check_tune_options"]
 
@@ -26,8 +27,6 @@ def check_tune_options(
     scheduler: str = "early-stopping",
 ) -> None:
     """Reject settings under which ``tune`` would run no trial or could not work."""
-    from gpar_bo.tuning.session import SCHEDULERS
-
     problems = []
     if scheduler not in SCHEDULERS:
         problems.append(f"scheduler must be one of {', '.join(SCHEDULERS)} (got {scheduler!r})")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from gpar_bo.tuning.jobs import DEFAULT_VERDICT_TIMEOUT
 
 if TYPE_CHECKING:
-    from gpar_bo.tuning.loop import TuningProblem
+    from gpar_bo.tuning.problem import TuningProblem
 
 __all__ = ["add_tune_parser", "run_tune"]
 

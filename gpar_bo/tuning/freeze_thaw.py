@@ -85,7 +85,7 @@ from gpar_bo.tuning.session import (
 from gpar_bo.tuning.snapshot import SNAPSHOT, save_snapshot
 
 if TYPE_CHECKING:
-    from gpar_bo.tuning.loop import TuningProblem
+    from gpar_bo.tuning.problem import TuningProblem
 
 __all__ = ["FreezeThawLoop", "Plan", "run_freeze_thaw"]
 

@@ -49,21 +49,18 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ax.core.base_trial import BaseTrial
 from ax.core.experiment import Experiment
-from ax.core.parameter import Parameter
 from ax.core.trial_status import TrialStatus
 from ax.early_stopping.strategies.base import BaseEarlyStoppingStrategy
 from ax.generation_strategy.generation_strategy import GenerationStrategy
 from ax.global_stopping.strategies.base import BaseGlobalStoppingStrategy
 from ax.orchestration.orchestrator import FailureRateExceededError, OrchestratorOptions
 
-from gpar_bo.ax.checkpoints import Checkpoints
 from gpar_bo.ax.early_stopping import GPAREarlyStoppingStrategy
 from gpar_bo.ax.generation import gpar_generation_strategy
 from gpar_bo.tuning.checks import (
@@ -76,6 +73,7 @@ from gpar_bo.tuning.errors import TuneError, TuneSettingsError
 from gpar_bo.tuning.jobs import DEFAULT_VERDICT_TIMEOUT
 from gpar_bo.tuning.lock import DirectoryLock
 from gpar_bo.tuning.orchestrator import VerdictOrchestrator
+from gpar_bo.tuning.problem import TuningProblem
 from gpar_bo.tuning.report import write_report
 from gpar_bo.tuning.runner import CurveRunner
 from gpar_bo.tuning.session import (
@@ -95,53 +93,10 @@ __all__ = [
     "EpochBudget",
     "SCHEDULERS",
     "check_tune_options",
-    "TuningProblem",
     "tune",
 ]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class TuningProblem:
-    """What to tune: parameters, the training job and its learning-curve metric.
-
-    Attributes:
-        name: The experiment name.
-        parameters: Ax parameters of the search space (range parameters; the
-            freeze-thaw scheduler also takes choice and fixed ones).
-        metric: The objective metric reported every epoch (minimised).
-        epochs: Epochs per full trial.
-        train: The training function, ``"module:function"`` (:mod:`gpar_bo.tuning.jobs`).
-        train_kwargs: Its keyword arguments (JSON-serialisable).
-        tracking_metrics: Further values the job reports, recorded but not optimised.
-        check: ``"module:function"`` called as ``check(**train_kwargs)`` in the tuning
-            process before anything starts; raises ``ValueError`` (one line) if the
-            job could not work, e.g. its data is missing or too small.
-        budget: The default epoch budget of :func:`tune` (e.g. a space file's).
-        checkpoint_epochs: The epochs at which the tuner records the metric, GPAR
-            models it, and runs may be paused or stopped, increasing and ending at
-            ``epochs`` (e.g. ``[1, 3, 7, 14, 21]``); the job's reports at other epochs
-            are not recorded. None: every epoch 1..epochs.
-    """
-
-    name: str
-    parameters: list[Parameter]
-    metric: str
-    epochs: int
-    train: str
-    train_kwargs: dict[str, Any] = field(default_factory=dict)
-    tracking_metrics: list[str] = field(default_factory=list)
-    check: str | None = None
-    budget: int | None = None
-    checkpoint_epochs: Sequence[int] | None = None
-
-    @property
-    def checkpoints(self) -> Checkpoints:
-        """``checkpoint_epochs``, by default epochs 1..epochs."""
-        if self.checkpoint_epochs is None:
-            return Checkpoints(range(1, self.epochs + 1))
-        return Checkpoints(self.checkpoint_epochs)
 
 
 class EpochBudget(BaseGlobalStoppingStrategy):

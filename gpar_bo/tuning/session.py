@@ -32,7 +32,7 @@ from gpar_bo.tuning.runner import CurveMetric, CurveRunner
 from gpar_bo.tuning.snapshot import SNAPSHOT, save_snapshot
 
 if TYPE_CHECKING:
-    from gpar_bo.tuning.loop import TuningProblem
+    from gpar_bo.tuning.problem import TuningProblem
 
 __all__ = [
     "SCHEDULERS",

@@ -49,7 +49,7 @@ from ax.service.utils.instantiation import InstantiationBase
 from gpar_bo.tuning.checks import checkpoint_problems
 from gpar_bo.tuning.errors import TuneSettingsError
 from gpar_bo.tuning.jobs import resolve
-from gpar_bo.tuning.loop import TuningProblem
+from gpar_bo.tuning.problem import TuningProblem
 
 __all__ = ["PARAMETER_TYPES", "SPACE_KEYS", "load_job", "problem_from_space"]
 

@@ -13,7 +13,8 @@ import pytest
 from gpar_bo.cli import main
 from gpar_bo.problems.mnist.data import write_idx
 from gpar_bo.problems.toy import toy_problem
-from gpar_bo.tuning.loop import TuningProblem, tune
+from gpar_bo.tuning.loop import tune
+from gpar_bo.tuning.problem import TuningProblem
 from gpar_bo.tuning.snapshot import load_snapshot
 
 

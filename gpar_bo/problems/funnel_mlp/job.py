@@ -10,7 +10,7 @@ from ax.core.parameter import ParameterType, RangeParameter
 from gpar_bo.problems.funnel_mlp.data import DATASETS
 from gpar_bo.problems.funnel_mlp.mlp import SEARCH_SPACE
 from gpar_bo.tuning.jobs import Report
-from gpar_bo.tuning.loop import TuningProblem
+from gpar_bo.tuning.problem import TuningProblem
 
 __all__ = ["funnel_problem", "search_space_parameters", "train_funnel_mlp"]
 

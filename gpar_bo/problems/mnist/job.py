@@ -9,7 +9,7 @@ from gpar_bo.problems.mnist.mlp import GRID
 from gpar_bo.tuning.jobs import Report
 
 if TYPE_CHECKING:
-    from gpar_bo.tuning.loop import TuningProblem
+    from gpar_bo.tuning.problem import TuningProblem
 
 __all__ = ["MIN_TRAIN_EXAMPLES", "MIN_VAL_EXAMPLES", "TUNING_CHECKPOINTS", "check_mnist_job",
            "mnist_problem", "train_mnist_mlp", "tuning_checkpoints"]
@@ -51,7 +51,7 @@ def mnist_problem(
     # Imported here: training workers import this module for its job, not Ax.
     from ax.core.parameter import ParameterType, RangeParameter
 
-    from gpar_bo.tuning.loop import TuningProblem
+    from gpar_bo.tuning.problem import TuningProblem
 
 
     def bounds(name: str) -> tuple[float, float]:
