@@ -406,3 +406,15 @@ def test_moments_are_pointwise_and_scale_to_many_points(
     separate = curve_model.posterior(X[:4].unsqueeze(-2))
     torch.testing.assert_close(joint.mean[:4], separate.mean[:, 0], **tolerance(dtype))
     torch.testing.assert_close(joint.variance[:4], separate.variance[:, 0], **tolerance(dtype))
+
+
+def test_posterior_samples_with_conditional_moments(curve_model) -> None:
+    dtype = curve_model.train_X.dtype  # the fixture comes in float32 and float64
+    X = torch.rand(3, 1, 2, dtype=dtype)
+    posterior = curve_model.posterior(X, observation_noise=True)
+    base = torch.randn(8, 3, 1, 5, dtype=dtype)
+    samples, means, variances = posterior.rsample_with_conditionals(torch.Size([8]), base)
+    assert torch.allclose(samples, posterior.rsample_from_base_samples(torch.Size([8]), base))
+    assert means.shape == variances.shape == samples.shape and (variances > 0).all()
+    # Output 1 does not depend on the path: its moments are the same for every sample.
+    assert torch.allclose(means[..., 0], means[:1, ..., 0].expand(8, -1, -1))

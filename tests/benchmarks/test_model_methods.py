@@ -152,7 +152,7 @@ EARLY_STOPPING = {"ax_percentile_es": 80, "gpar_es": 40}
 
 
 # gpar's run is the slowest of these: CI runs the other methods' (the package's own
-# GPAR decisions are tested for determinism in tests/test_freeze_thaw.py).
+# GPAR decisions are tested for determinism in tests/freeze_thaw/test_policy.py).
 @pytest.mark.parametrize("name", [pytest.param(m, marks=pytest.mark.slow) if m == "gpar" else m
                                   for m in MODEL_METHODS if m not in EARLY_STOPPING])
 def test_methods_run_deterministically_on_remaining_settings(name: str) -> None:

@@ -217,7 +217,7 @@ def test_a_failed_fit_falls_back_to_successive_halving(
     def broken(*args, **kwargs):
         raise RuntimeError("no fit today")
 
-    monkeypatch.setattr("gpar_bo.freeze_thaw.fit_gpytorch_mll", broken)
+    monkeypatch.setattr("gpar_bo.freeze_thaw.policy.fit_gpytorch_mll", broken)
     with caplog.at_level(logging.INFO, logger="gpar_bo.tuning.freeze_thaw"):
         report, runner = _run(tmp_path, 20)
     reasons = [r.getMessage() for r in caplog.records if "freeze-thaw: " in r.getMessage()]

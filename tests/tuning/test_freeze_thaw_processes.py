@@ -162,7 +162,7 @@ def test_paused_runs_outlive_the_budget_and_resume_from_their_checkpoints(
 
     # A larger budget: some paused run is resumed from its checkpoint and goes on at the
     # next epoch, with the values of a run never paused. Whether GPAR prefers a paused
-    # run to a new one is the policy's call (tested in tests/test_freeze_thaw.py); here
+    # run to a new one is the policy's call (tested in tests/freeze_thaw/test_policy.py); here
     # it is made to, so that the test is about the resumption, not about that call.
     monkeypatch.setattr(FreezeThawPolicy, "decide", _resuming(FreezeThawPolicy.decide))
     more = tune(problem, out, 20, **RUN)

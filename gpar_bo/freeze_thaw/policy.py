@@ -1,52 +1,8 @@
-r"""Freeze-thaw scheduling with GPAR: give the next epochs to the run expected to pay most.
-
-Runs are paused at every checkpoint. Whenever a worker is free, the policy compares,
-on one scale, resuming each paused run to its next checkpoint with starting a new
-setting at its first checkpoint, and takes the best action.
-
-**The scale: a Gittins index per epoch.** Only runs that reach the final checkpoint can
-improve the result, and continuing a run is not a commitment to train it to the end: it
-will be judged again at its next checkpoint. So a run's worth is its Gittins index: the
-charge per epoch at which training it on, and stopping it as soon as the rest is not
-worth the charge, just breaks even against the expected reduction of the incumbent's
-error by its final value. GPAR gives joint sample paths of a run's remaining checkpoints
-conditioned on its observed prefix (none for a new setting); :func:`stopping_index`
-finds the best stopping plan by backward induction over those paths and the index by
-bisection. The costs look ahead to the final checkpoint, so a new setting's cheap first
-epoch does not always win; cheap screening scores well exactly when GPAR has learnt that
-early values predict final ones; a paused run is resumed when its prefix makes the rest
-promising. This is the freeze-thaw idea of Swersky et al. (2014) with the index rule of
-Gittins (as in Weitzman's "Pandora's box" with multi-stage boxes) in place of entropy
-search. For a run with one checkpoint left the index is its expected improvement per
-remaining epoch, i.e. cost-aware expected improvement.
+r"""The freeze-thaw policy: whenever a worker is free, resume the paused run or start the
+new setting with the highest index (:mod:`gpar_bo.freeze_thaw.index`).
 
 Design choices and why:
 
-* **GPAR models log-error increments between checkpoints** (output 1 is the log error
-  at the first checkpoint, output m > 1 the change of log error since checkpoint m - 1;
-  the package's curve model, :func:`gpar_bo.curve_model.curve_model_options`), not the
-  log errors themselves. The two carry the same information (a triangular
-  bijection of each prefix), but each conditional's prior (a constant mean, fitted on
-  the runs that reached that checkpoint) then says "the curve goes on changing as
-  curves did" instead of "the curve ends where the finished runs ended". While few runs
-  have finished, the final conditional is fitted on a handful of values and cannot learn
-  its dependence on the prefix: on log errors it predicts every paused run to end near
-  the finished runs, so mediocre runs look promising. On increments a run's final
-  prediction starts from its own last value.
-* **The reward is in error units** (the reduction of the incumbent's error), though the
-  model is fitted on log errors: the search is judged by error, and a relative reward
-  would overweight low errors, where the relative noise is largest.
-* **The final checkpoint is Rao-Blackwellised**: along each sample path GPAR's final
-  conditional is Gaussian, so the expected improvement given the path up to the
-  second-last checkpoint is computed in closed form (a log-normal put). This removes
-  the noisiest Monte Carlo step and conditions the last stopping decision on the whole
-  prefix. The final conditional's own observation noise is left out of it: a gain that
-  is only noise is not a better model, and chasing it spends epochs on finishing runs
-  that merely tie the incumbent.
-* **Earlier stopping decisions** use conditional expectations given the value at that
-  checkpoint, estimated by averaging over the paths in the same quantile bin (a Markov
-  approximation in the latest value; the paths share quasi-random normals across runs,
-  so runs are compared on common random numbers).
 * **Bounded work per decision.** New settings are scored on a random subset of at most
   ``num_candidates`` (the remaining settings of a table, or a scrambled Sobol set in a
   box): successive decisions draw fresh subsets, so a good setting is delayed rather
@@ -85,28 +41,19 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import torch
-from botorch.acquisition.acquisition import AcquisitionFunction
 from botorch.fit import fit_gpytorch_mll
-from botorch.utils.sampling import draw_sobol_normal_samples
-from botorch.utils.transforms import t_batch_mode_transform
 from torch import Tensor
 from torch.quasirandom import SobolEngine
 
-from gpar_bo.curve_model import LogIncrements, floor_zeros, from_increments, resolve_gpar_options
+from gpar_bo.curve_model import LogIncrements, floor_zeros, resolve_gpar_options
+from gpar_bo.freeze_thaw.index import FreezeThawIndex
 from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
 from gpar_bo.refit import mismatched_hyperparameters
 
-__all__ = [
-    "Decision",
-    "FinalPaths",
-    "FreezeThawIndex",
-    "FreezeThawPolicy",
-    "expected_improvement_lognormal",
-    "stopping_index",
-]
+__all__ = ["Decision", "FreezeThawPolicy"]
 
 logger = logging.getLogger(__name__)
 
@@ -115,203 +62,6 @@ logger = logging.getLogger(__name__)
 #: index that is compared with the paused runs' has their precision.
 SCREEN_RATIO = 4
 NUM_FINALISTS = 8
-
-
-def expected_improvement_lognormal(mean: Tensor, std: Tensor, incumbent: float) -> Tensor:
-    r"""``E[(incumbent - exp(Z))^+]`` for ``Z ~ N(mean, std^2)`` (elementwise).
-
-    The expected reduction of an error ``incumbent`` by an error whose log is
-    Gaussian (the put option of Black and Scholes).
-    """
-    if not incumbent > 0:
-        raise ValueError(f"The incumbent must be a positive error; got {incumbent}.")
-    std = std.clamp_min(1e-12)
-    z = (math.log(incumbent) - mean) / std
-    normal = torch.distributions.Normal(torch.zeros_like(z), torch.ones_like(z))
-    value = incumbent * normal.cdf(z) - torch.exp(mean + std**2 / 2) * normal.cdf(z - std)
-    return value.clamp_min(0.0)
-
-
-def stopping_index(
-    reward: Tensor,
-    paths: Tensor,
-    observed: Tensor,
-    epochs: Tensor,
-    num_bins: int = 8,
-    iterations: int = 20,
-) -> Tensor:
-    r"""The Gittins index per epoch of runs, from sample paths of their checkpoint values.
-
-    The index of a run is the charge per epoch ``nu`` at which training it is just
-    worth it: with ``nu`` charged per epoch and ``reward`` paid if it reaches the
-    final checkpoint, the best stopping plan (continue after a checkpoint only while
-    the expected rest is positive) breaks even. Plans are found by backward
-    induction over the paths. After the second-last checkpoint the expected payoff
-    of a path is ``reward`` itself; after earlier checkpoints ``j`` the expectation
-    given the value there is estimated by averaging over the paths in the same
-    quantile bin of ``paths[..., j]``. ``nu`` is found by bisection.
-
-    Args:
-        reward: ``S x N`` expected payoff of each path if its run is trained to the
-            end, given the path up to the second-last checkpoint (e.g. the expected
-            improvement; >= 0).
-        paths: ``S x N x M`` sampled values of the runs at the M checkpoints (the
-            information at each checkpoint); entries at checkpoints a run has
-            observed are ignored. ``S`` must be a multiple of ``num_bins``.
-        observed: ``N`` numbers of checkpoints each run has observed (0 for a new
-            setting, < M). Training to the next checkpoint is committed.
-        epochs: ``M`` increasing epochs of the checkpoints.
-        num_bins: Quantile bins for the conditional expectations.
-        iterations: Bisection steps (relative precision ``2**-iterations``).
-
-    Returns:
-        ``N`` indices (payoff per epoch; 0 where no path pays).
-    """
-    S, N, M = paths.shape
-    if reward.shape != (S, N) or observed.shape != (N,) or epochs.shape != (M,):
-        raise ValueError(
-            f"Expected reward S x N, observed N and epochs M for paths {tuple(paths.shape)}; "
-            f"got {tuple(reward.shape)}, {tuple(observed.shape)} and {tuple(epochs.shape)}."
-        )
-    if S % num_bins:
-        raise ValueError(f"The number of paths ({S}) must be a multiple of num_bins ({num_bins}).")
-    if ((observed < 0) | (observed >= M)).any():
-        raise ValueError(f"observed must be in [0, {M - 1}]; got {observed.tolist()}.")
-    reward, paths = reward.detach().clamp_min(0.0), paths.detach()
-    steps = torch.diff(epochs.to(paths), prepend=epochs.new_zeros(1).to(paths))
-    first_step = steps[observed]  # N: the committed step
-    # Bins only where some run decides after checkpoint j < M - 2.
-    binned_levels = [j for j in range(M - 2) if bool((observed <= j).any())]
-    orders = {j: paths[..., j].argsort(dim=0) for j in binned_levels}
-
-    def binned_mean(values: Tensor, j: int) -> Tensor:
-        """E[values | bin of y_j], per path (S x N)."""
-        index = orders[j]
-        means = values.gather(0, index).view(num_bins, S // num_bins, N).mean(1, keepdim=True)
-        return torch.empty_like(values).scatter_(0, index, means.expand(-1, S // num_bins, -1).reshape(S, N))
-
-    def value(nu: Tensor) -> Tensor:
-        """Expected net value (N) of training each run on, with charge ``nu`` (N) per epoch."""
-        V = reward  # after the second-last checkpoint, before paying its last step
-        for j in range(M - 2, -1, -1):
-            # After checkpoint j: stop, or train to j + 1 and go on optimally.
-            expected = binned_mean(V, j) if j in orders else V
-            go_on = expected - nu * steps[j + 1]
-            V = torch.where((observed <= j).unsqueeze(0), go_on.clamp_min(0.0), V)
-        # V is now the value after the committed next checkpoint, per path.
-        return V.mean(0) - nu * first_step
-
-    low = torch.zeros(N, dtype=paths.dtype, device=paths.device)
-    high = reward.amax(0) / first_step  # value(high) <= 0
-    for _ in range(iterations):
-        middle = (low + high) / 2
-        positive = value(middle) > 0
-        low = torch.where(positive, middle, low)
-        high = torch.where(positive, high, middle)
-    return low
-
-
-class FinalPaths(NamedTuple):
-    """Sample paths of log errors and the final log error's Gaussian along each
-    (see ``FreezeThawIndex.final_paths``)."""
-
-    log_errors: Tensor  # S x b x M
-    mean: Tensor  # S x b
-    variance: Tensor  # S x b, with the final checkpoint's observation noise
-    noise: Tensor  # S x 1: the final checkpoint's observation noise (log-error units) per path
-
-
-class FreezeThawIndex(AcquisitionFunction):
-    r"""The stopping index of runs under a GPAR model of log-error increments.
-
-    ``index`` scores runs with an observed prefix (training inputs of the model) or
-    none; as an acquisition function (``forward``) it scores new settings.
-
-    Args:
-        model: A fitted ``GPARModel`` whose modelled outputs are log-error
-            increments at the checkpoints (a ``LogIncrements`` outcome transform, or
-            data given as ``to_increments`` of log errors).
-        epochs: ``M`` increasing epochs of the checkpoints.
-        incumbent: The best final error so far (error units, > 0).
-        num_samples: Sample paths per run (a multiple of ``num_bins``).
-        num_bins: Quantile bins of ``stopping_index``.
-        seed: Seed of the quasi-random normals (shared by all runs).
-    """
-
-    def __init__(
-        self,
-        model: GPARModel,
-        epochs: Tensor,
-        incumbent: float,
-        num_samples: int = 128,
-        num_bins: int = 8,
-        seed: int = 0,
-    ) -> None:
-        super().__init__(model=model)
-        self.register_buffer("epochs", epochs)
-        self.incumbent = float(incumbent)
-        self.num_samples = num_samples
-        self.num_bins = num_bins
-        self.seed = seed
-
-    def final_paths(self, X: Tensor, observed: Tensor) -> FinalPaths:
-        r"""Sample paths of runs' log errors and their final error's Gaussian along each.
-
-        This is GPAR's predictive of the final log error given a run's observed prefix:
-        the mixture over paths of ``N(mean, variance)`` (``variance`` includes the final
-        conditional's observation noise ``noise``: it predicts the observed error).
-
-        Args:
-            X: ``b x d`` settings; a run with ``observed > 0`` checkpoints must be in
-                the model's training data with at least that prefix.
-            observed: ``b`` numbers of observed checkpoints (0 for a new setting).
-
-        Returns:
-            ``log_errors`` (``S x b x M``, the observed values on each prefix), and
-            the final checkpoint's ``mean`` and ``variance`` (``S x b``) given the
-            path up to the second-last checkpoint, and that ``noise`` along each path (``S x 1``).
-        """
-        model, M = self.model, len(self.epochs)
-        posterior = model.modelled_posterior(X.unsqueeze(-2), observation_noise=True)
-        normals = draw_sobol_normal_samples(d=M, n=self.num_samples, dtype=X.dtype, seed=self.seed)
-        base = normals.view(self.num_samples, 1, 1, M).expand(-1, len(X), 1, M)
-        samples, means, variances = posterior.rsample_with_conditionals(
-            torch.Size([self.num_samples]), base
-        )
-        samples, means, variances = (t.squeeze(-2) for t in (samples, means, variances))  # S x b x M
-        # Observed increments replace the samples, then the path of log errors.
-        matches = (X.unsqueeze(-2) == model.train_X).all(-1)  # b x n
-        lengths = torch.where(matches, model.observed.sum(-1).to(X), -1.0)
-        rows = lengths.argmax(-1)  # the matching row with the longest prefix
-        known = torch.arange(M, device=X.device) < observed.unsqueeze(-1)  # b x M
-        has = model.observed[rows] & matches.any(-1, keepdim=True)
-        if bool((known & ~has).any()):
-            raise ValueError("A run's observed checkpoints are not in the model's data.")
-        observed_values = model.modelled_Y[rows]
-        increments = torch.where(known, observed_values.nan_to_num(), samples)
-        log_errors = from_increments(increments)
-        final_mean = (log_errors[..., -2] if M > 1 else 0.0) + means[..., -1]
-        noise = posterior.output_noise(M - 1, self.num_samples).unsqueeze(-1)
-        return FinalPaths(log_errors, final_mean, variances[..., -1], noise)
-
-    def index(self, X: Tensor, observed: Tensor) -> Tensor:
-        """``b`` indices of the runs at ``X`` (``b x d``) with ``observed`` checkpoints."""
-        if len(X) == 0:
-            return X.new_zeros(0)
-        paths = self.final_paths(X, observed)
-        # The final checkpoint given the path: Gaussian, without its own noise.
-        final_std = (paths.variance - paths.noise).clamp_min(0.0).sqrt()
-        reward = expected_improvement_lognormal(paths.mean, final_std, self.incumbent)
-        return stopping_index(
-            reward, paths.log_errors, observed, self.epochs.to(X), num_bins=self.num_bins
-        )
-
-    @t_batch_mode_transform(expected_q=1)
-    def forward(self, X: Tensor) -> Tensor:
-        """``b`` indices of new settings ``X`` (``b x 1 x d``)."""
-        with torch.no_grad():
-            X = X.squeeze(-2)
-            return self.index(X, torch.zeros(len(X), dtype=torch.long, device=X.device))
 
 
 @dataclass(frozen=True)
@@ -337,7 +87,7 @@ class Decision:
 
 
 class FreezeThawPolicy:
-    r"""Freeze-thaw decisions from GPAR (see the module docstring).
+    r"""Freeze-thaw decisions from GPAR (see the module docstrings of :mod:`gpar_bo.freeze_thaw`).
 
     Args:
         epochs: Increasing epochs of the checkpoints at which runs report and pause.

@@ -1,4 +1,4 @@
-"""The GPAR freeze-thaw policy: its index, its decisions and its harness adapter."""
+"""The GPAR freeze-thaw policy: its decisions, refits, fallbacks and its harness adapter."""
 
 from __future__ import annotations
 
@@ -8,15 +8,17 @@ import pytest
 import torch
 
 import gpar_bo.conditionals as conditionals
-import gpar_bo.freeze_thaw as freeze_thaw
 from benchmarks.bo.freeze_thaw import GPARFreezeThaw
 from benchmarks.bo.harness import simulate
 from benchmarks.bo.problems import synthetic_problem
 from gpar_bo.freeze_thaw import (
+    FreezeThawIndex,
     FreezeThawPolicy,
     expected_improvement_lognormal,
     stopping_index,
 )
+from gpar_bo.freeze_thaw import policy as policy_module
+from gpar_bo.model import GPARModel
 from gpar_bo.refit import mismatched_hyperparameters
 
 EPOCHS = [1, 2, 4]
@@ -37,52 +39,6 @@ def state() -> tuple[torch.Tensor, torch.Tensor]:
     Y = curves(x)
     Y[8:, 1:] = float("nan")
     return x.unsqueeze(-1).double(), Y.double()
-
-
-# --------------------------------------------------------------------- the index
-def test_index_with_one_checkpoint_left_is_expected_improvement_per_epoch() -> None:
-    S, N = 64, 3
-    reward = torch.rand(S, N, generator=torch.Generator().manual_seed(0), dtype=torch.double)
-    paths = torch.randn(S, N, 3, dtype=torch.double)
-    observed = torch.full((N,), 2)
-    epochs = torch.tensor(EPOCHS, dtype=torch.double)
-    index = stopping_index(reward, paths, observed, epochs, iterations=40)
-    assert torch.allclose(index, reward.mean(0) / (4 - 2), rtol=1e-9)
-
-
-def test_index_is_zero_when_no_path_improves() -> None:
-    paths = torch.randn(16, 4, 3, dtype=torch.double)
-    observed = torch.tensor([0, 1, 2, 0])
-    epochs = torch.tensor(EPOCHS, dtype=torch.double)
-    index = stopping_index(torch.zeros(16, 4, dtype=torch.double), paths, observed, epochs)
-    assert torch.equal(index, torch.zeros(4, dtype=torch.double))
-
-
-def test_index_grows_with_the_incumbent_and_values_the_option_to_stop() -> None:
-    generator = torch.Generator().manual_seed(1)
-    S, N = 128, 5
-    level = torch.randn(S, N, 1, generator=generator, dtype=torch.double) - 2.0
-    paths = level + 0.1 * torch.randn(S, N, 3, generator=generator, dtype=torch.double)
-    epochs = torch.tensor(EPOCHS, dtype=torch.double)
-    observed = torch.zeros(N, dtype=torch.long)
-    std = torch.full_like(paths[..., -1], 0.05)
-    indices = [
-        stopping_index(expected_improvement_lognormal(paths[..., -2], std, inc), paths, observed, epochs)
-        for inc in (0.05, 0.1, 0.2)
-    ]
-    assert (indices[0] <= indices[1]).all() and (indices[1] <= indices[2]).all()
-    assert (indices[0] < indices[2]).all()
-    # Stopping is an option: the index is at least the expected improvement per total epoch.
-    reward = expected_improvement_lognormal(paths[..., -2], std, 0.1)
-    assert (indices[1] >= reward.mean(0) / 4 * (1 - 1e-4)).all()
-
-
-def test_lognormal_expected_improvement_matches_monte_carlo() -> None:
-    mean, std = torch.tensor([-2.0, -2.5]), torch.tensor([0.3, 0.1])
-    z = torch.randn(200_000, 2, generator=torch.Generator().manual_seed(0))
-    monte_carlo = (0.1 - (mean + std * z).exp()).clamp_min(0).mean(0)
-    exact = expected_improvement_lognormal(mean, std, 0.1)
-    assert torch.allclose(exact, monte_carlo, atol=2e-4)
 
 
 # ------------------------------------------------------------------ the decisions
@@ -133,11 +89,11 @@ def test_policy_falls_back_when_the_fit_fails(monkeypatch: pytest.MonkeyPatch, c
     def broken(*args, **kwargs):
         raise RuntimeError("no convergence")
 
-    monkeypatch.setattr(freeze_thaw, "fit_gpytorch_mll", broken)
+    monkeypatch.setattr(policy_module, "fit_gpytorch_mll", broken)
     X, Y = state()
     paused = ~Y[:, -1].isfinite()
     candidates = torch.rand(5, 1, dtype=torch.double)
-    with caplog.at_level("WARNING", logger="gpar_bo.freeze_thaw"):
+    with caplog.at_level("WARNING", logger="gpar_bo.freeze_thaw.policy"):
         decision = FreezeThawPolicy(EPOCHS, **FAST).decide(X, Y, paused, candidates)
     assert decision.reason.startswith("model-free: GPAR failed") and "no convergence" in decision.reason
     assert "no convergence" in caplog.text
@@ -156,7 +112,7 @@ def test_policy_reuses_the_last_fit_when_a_refit_fails(
     def broken(*args, **kwargs):
         raise RuntimeError("no convergence")
 
-    monkeypatch.setattr(freeze_thaw, "fit_gpytorch_mll", broken)
+    monkeypatch.setattr(policy_module, "fit_gpytorch_mll", broken)
     policy.refit_growth = 0.0  # any growth refits
     decision = policy.decide(X, Y, paused, candidates)
     assert decision.reason.startswith("gpar (refit failed: no convergence")
@@ -166,13 +122,13 @@ def test_refits_are_staged_one_conditional_per_decision_unless_turned_off(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     fitted: list[list[int]] = []  # the conditionals fitted, per decision
-    real = freeze_thaw.GPARModel.custom_fit
+    real = GPARModel.custom_fit
 
     def recorded(model, mll=None, outputs=None, **kwargs):
         fitted[-1].extend(range(model.num_outputs) if outputs is None else outputs)
         return real(model, mll, outputs=outputs, **kwargs)
 
-    monkeypatch.setattr(freeze_thaw.GPARModel, "custom_fit", recorded)
+    monkeypatch.setattr(GPARModel, "custom_fit", recorded)
     X, Y = state()
     paused = ~Y[:, -1].isfinite()
     candidates = torch.rand(5, 1, dtype=torch.double)
@@ -195,18 +151,18 @@ def test_refits_are_staged_one_conditional_per_decision_unless_turned_off(
         fitted[-1].extend(range(model.num_outputs) if outputs is None else outputs)
         raise RuntimeError("no convergence")
 
-    monkeypatch.setattr(freeze_thaw.GPARModel, "custom_fit", broken)
+    monkeypatch.setattr(GPARModel, "custom_fit", broken)
     fitted.append([])
     assert "refit failed" in policy.decide(X, Y, paused, candidates).reason
-    monkeypatch.setattr(freeze_thaw.GPARModel, "custom_fit", recorded)
+    monkeypatch.setattr(GPARModel, "custom_fit", recorded)
     fitted.append([])
     policy.decide(X, Y, paused, candidates)
     assert fitted[-2:] == [[1], [2]]  # the failed stage keeps its last fit; the refit goes on
 
-    monkeypatch.setattr(freeze_thaw.GPARModel, "custom_fit", broken)
+    monkeypatch.setattr(GPARModel, "custom_fit", broken)
     fitted.append([])
     assert "refit failed" in full.decide(X, Y, paused, candidates).reason
-    monkeypatch.setattr(freeze_thaw.GPARModel, "custom_fit", recorded)
+    monkeypatch.setattr(GPARModel, "custom_fit", recorded)
     fitted.append([])
     full.decide(X, Y, paused, candidates)
     assert fitted[-2:] == [[0, 1, 2], []]  # a failed refit waits for the data to grow again
@@ -216,7 +172,7 @@ def test_policy_refits_a_conditional_that_turns_sparse_at_once(
     monkeypatch: pytest.MonkeyPatch, caplog
 ) -> None:
     fitted: list[list[int]] = []
-    real = freeze_thaw.GPARModel.custom_fit
+    real = GPARModel.custom_fit
 
     def recorded(model, mll=None, outputs=None, **kwargs):
         fitted[-1].extend(range(model.num_outputs) if outputs is None else outputs)
@@ -226,7 +182,7 @@ def test_policy_refits_a_conditional_that_turns_sparse_at_once(
         fitted[-1].extend(range(model.num_outputs) if outputs is None else outputs)
         raise RuntimeError("no convergence")
 
-    monkeypatch.setattr(freeze_thaw.GPARModel, "custom_fit", recorded)
+    monkeypatch.setattr(GPARModel, "custom_fit", recorded)
     monkeypatch.setattr(conditionals, "SPARSE_ABOVE", 10)  # 11+ first-checkpoint rows: sparse
     monkeypatch.setattr(conditionals, "DEFAULT_NUM_INDUCING", 4)
     X, Y = state()  # 12 runs at the first checkpoint, 8 at the others
@@ -241,7 +197,7 @@ def test_policy_refits_a_conditional_that_turns_sparse_at_once(
     policies[0].final_error_samples(X, Y, torch.tensor([8]))  # a prediction keeps nothing
     assert policies[0]._fitted[1] is last
     fitted.append([])
-    with caplog.at_level("WARNING", logger="gpar_bo.freeze_thaw"):
+    with caplog.at_level("WARNING", logger="gpar_bo.freeze_thaw.policy"):
         decision = policies[0].decide(X, Y, paused, candidates)
     # Only the conditional that turned sparse is fitted, the others reloaded.
     assert fitted == [[0, 1, 2], [0, 1, 2], [0], [0]]
@@ -251,7 +207,7 @@ def test_policy_refits_a_conditional_that_turns_sparse_at_once(
     model, note = policies[0]._model(X, Y, keep=False)
     assert note == "" and mismatched_hyperparameters(model, policies[0]._fitted[1]) == []
 
-    monkeypatch.setattr(freeze_thaw.GPARModel, "custom_fit", broken)
+    monkeypatch.setattr(GPARModel, "custom_fit", broken)
     fitted.append([])
     assert "refit failed" in policies[1].decide(X, Y, paused, candidates).reason
     fitted.append([])
@@ -310,7 +266,7 @@ def test_final_error_samples_are_the_models_predictive_and_change_no_decision() 
     assert torch.equal(asked.generator.get_state(), quiet.generator.get_state())
     # The samples are those of the mixture over paths of the final log-normals.
     model, _ = asked._model(X, grown, keep=False)
-    paths = freeze_thaw.FreezeThawIndex(model, asked.epochs.double(), 0.1, asked.num_samples,
+    paths = FreezeThawIndex(model, asked.epochs.double(), 0.1, asked.num_samples,
                                         seed=asked.seed).final_paths(X[rows], torch.tensor(
                                             [2, 1, 1]))
     mean = (paths.mean + paths.variance / 2).exp().mean(0)
@@ -393,15 +349,3 @@ def test_the_benchmark_driver_registers_the_policy_with_its_defaults() -> None:
     method.reset(synthetic_problem(n=10, seed=0), seed=0)
     assert method.name == "gpar_freeze_thaw" and method.policy_options == {}
     assert isinstance(method.policy, FreezeThawPolicy)
-
-
-def test_posterior_samples_with_conditional_moments(curve_model) -> None:
-    dtype = curve_model.train_X.dtype  # the fixture comes in float32 and float64
-    X = torch.rand(3, 1, 2, dtype=dtype)
-    posterior = curve_model.posterior(X, observation_noise=True)
-    base = torch.randn(8, 3, 1, 5, dtype=dtype)
-    samples, means, variances = posterior.rsample_with_conditionals(torch.Size([8]), base)
-    assert torch.allclose(samples, posterior.rsample_from_base_samples(torch.Size([8]), base))
-    assert means.shape == variances.shape == samples.shape and (variances > 0).all()
-    # Output 1 does not depend on the path: its moments are the same for every sample.
-    assert torch.allclose(means[..., 0], means[:1, ..., 0].expand(8, -1, -1))
