@@ -156,6 +156,38 @@ def paused_predictions(trace: dict, problem: TabularProblem, model: str = "polic
     return out
 
 
+def unstarted_best(trace: dict, problem: TabularProblem, model: str = "policy") -> dict | None:
+    """Where the policy's model ranked the table's best setting if the run never started it.
+
+    At the end of ``trace`` (as ``paused_predictions`` rebuilds it), every setting of the
+    table the run never started is scored by the index it would have as a new setting
+    (``FreezeThawPolicy.start_indices``); ``decide`` compares a random subset of
+    ``num_candidates`` of them with the paused runs at every decision.
+
+    Returns:
+        None if the run started a best setting (or has no model); else the number of
+        unstarted settings, the best setting's rank among them by index (0 = the
+        highest; ties: the best of the tied), that rank as a share, its index and the
+        highest index.
+    """
+    settings, Y, _ = end_state(trace, problem)
+    final = problem.error[:, -1]
+    best = (final == final.min()).nonzero().squeeze(-1).tolist()
+    if set(best) & set(settings.tolist()):
+        return None
+    rest = sorted(set(range(len(final))) - set(settings.tolist()))
+    policy = FreezeThawPolicy(problem.checkpoints, seed=int(trace["seed"]),
+                              gpar_options=model_options(model, problem))
+    indices = policy.start_indices(problem.X[settings], Y, problem.X[rest])
+    if indices is None:
+        return None
+    at = {s: i for i, s in enumerate(rest)}
+    best_index = max(float(indices[at[s]]) for s in best)
+    rank = int((indices > best_index).sum())
+    return {"unstarted": len(rest), "best_rank": rank, "best_rank_share": rank / len(rest),
+            "best_index": best_index, "top_index": float(indices.max())}
+
+
 def summary_rows(
     table: str, model: str, problem: TabularProblem, per_seed: dict[int, list[dict]]
 ) -> tuple[list[dict], list[dict]]:
@@ -302,10 +334,14 @@ def main(argv: Sequence[str] | None = None) -> str:
             parser.error(f"the runs file has fewer than {args.seeds} runs of {args.method} on {missing}")
     results: dict[tuple[str, str], dict[int, list[dict]]] = {}
     jobs = [(t, m, s) for t in args.tables for m in args.models for s in sorted(traces[t])]
+    unstarted = []
     for table, model, seed in tqdm(jobs, desc="runs", unit="run"):
         results.setdefault((table, model), {})[seed] = paused_predictions(
             traces[table][seed], problems[table], model
         )
+        never = unstarted_best(traces[table][seed], problems[table], model)
+        if never is not None:
+            unstarted.append({"table": table, "model": model, "seed": seed, **never})
     counts, left = [], []
     for (table, model), per_seed in results.items():
         c, b = summary_rows(table, model, problems[table], per_seed)
@@ -316,6 +352,14 @@ def main(argv: Sequence[str] | None = None) -> str:
     spreads = [spread_by_first_quartile(t, problems[t]) for t in args.tables]
     body = NOTES + "\n\n## The table's best setting, where the policy left it paused\n\n"
     body += markdown_table(left) if left else "(nowhere)"
+    body += ("\n\n## The table's best setting, where the policy never started it\n\n"
+             "At the end of each such run, every setting the run never started scored by the "
+             "index it would have as a new setting (`FreezeThawPolicy.start_indices`); "
+             "`best_rank`: how many unstarted settings scored higher than the table's best "
+             "(0 = it would be the first choice), `best_rank_share` that as a share. Each "
+             "decision scores a random subset of `num_candidates` unstarted settings and "
+             "starts the one of highest index if it beats every paused run's.\n\n")
+    body += markdown_table(unstarted) if unstarted else "(nowhere)"
     body += ("\n\n## How runs go on after the first checkpoint, by how good they were there\n\n"
              "Standard deviation over each table's settings of the change of log error from the "
              "first checkpoint to the final one, by quartile of the first checkpoint's error (Q1: "
@@ -325,7 +369,8 @@ def main(argv: Sequence[str] | None = None) -> str:
     write_results(
         args.out, name, "Where the policy's model put the final errors of the runs it left paused",
         counts, command_line(argv), list(range(args.seeds)), notes=body,
-        extra={"best_left_paused": left, "spread_by_first_quartile": spreads,
+        extra={"best_left_paused": left, "best_never_started": unstarted,
+               "spread_by_first_quartile": spreads,
                "top_paused": {f"{t} {m}": {str(s): [p for p in r if p["final_rank"] < TOP] for s, r in by.items()}
                               for (t, m), by in results.items()}},
     )

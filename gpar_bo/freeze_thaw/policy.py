@@ -309,13 +309,9 @@ class FreezeThawPolicy:
             raise ValueError("The runs to predict must not have reached the final checkpoint.")
         if num_draws < 1:
             raise ValueError(f"num_draws must be >= 1; got {num_draws}.")
-        finished = observed == M
-        if int(finished.sum()) < 2:
+        index = self._index_now(X, Y, observed)
+        if index is None:
             return None
-        reported = observed > 0
-        model, _ = self._model(X[reported], Y[reported], keep=False)
-        index = FreezeThawIndex(model, self.epochs.to(X), float(floor_zeros(Y)[finished, -1].min()),
-                                self.num_samples, seed=self.seed)
         with torch.no_grad():
             paths = index.final_paths(X[rows], observed[rows])
         generator = torch.Generator().manual_seed(self.seed)
@@ -324,6 +320,44 @@ class FreezeThawPolicy:
         return log_errors.exp().reshape(-1, len(rows))
 
     # ----------------------------------------------------------------- helpers
+    def start_indices(self, X: Tensor, Y: Tensor, candidates: Tensor) -> Tensor | None:
+        r"""The index each candidate would have as a new setting, now (e.g. to see where the
+        model ranks settings a search never started).
+
+        The model and the index are those of :meth:`final_error_samples`; ``decide``
+        scores a random subset of the candidates with these indices (screened first with
+        fewer paths, and on fresh quasi-random paths at each decision, so its values
+        agree with these up to Monte Carlo error). Nothing the policy keeps changes.
+
+        Args:
+            X: ``n x d`` settings of every run started so far (as in ``decide``).
+            Y: ``n x M`` their values at the checkpoints, NaN after each prefix.
+            candidates: ``c x d`` new settings.
+
+        Returns:
+            ``c`` indices (expected reduction of the incumbent's error per epoch), or
+            None while fewer than two runs reached the final checkpoint.
+        """
+        observed = self._check_curves(X, Y).sum(-1)
+        if candidates.dim() != 2 or candidates.shape[-1] != X.shape[-1]:
+            raise ValueError(f"candidates must be c x {X.shape[-1]}; got {tuple(candidates.shape)}.")
+        index = self._index_now(X, Y, observed)
+        if index is None:
+            return None
+        with torch.no_grad():
+            return index.index(candidates, torch.zeros(len(candidates), dtype=torch.long))
+
+    def _index_now(self, X: Tensor, Y: Tensor, observed: Tensor) -> FreezeThawIndex | None:
+        """The index under the model fitted to every reported run (the last fit's
+        hyperparameters, ``_model(keep=False)``); None before two runs finished."""
+        finished = observed == len(self.epochs)
+        if int(finished.sum()) < 2:
+            return None
+        reported = observed > 0
+        model, _ = self._model(X[reported], Y[reported], keep=False)
+        return FreezeThawIndex(model, self.epochs.to(X), float(floor_zeros(Y)[finished, -1].min()),
+                               self.num_samples, seed=self.seed)
+
     def _check(
         self, X: Tensor, Y: Tensor, paused: Tensor, candidates: Tensor | None, bounds: Tensor | None
     ) -> None:

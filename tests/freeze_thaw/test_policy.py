@@ -267,8 +267,7 @@ def test_final_error_samples_are_the_models_predictive_and_change_no_decision() 
     # The samples are those of the mixture over paths of the final log-normals.
     model, _ = asked._model(X, grown, keep=False)
     paths = FreezeThawIndex(model, asked.epochs.double(), 0.1, asked.num_samples,
-                                        seed=asked.seed).final_paths(X[rows], torch.tensor(
-                                            [2, 1, 1]))
+                            seed=asked.seed).final_paths(X[rows], torch.tensor([2, 1, 1]))
     mean = (paths.mean + paths.variance / 2).exp().mean(0)
     assert torch.allclose(again.mean(0), mean, rtol=0.02)
     q05, q95 = again.quantile(0.05, dim=0), again.quantile(0.95, dim=0)
@@ -279,6 +278,37 @@ def test_final_error_samples_are_the_models_predictive_and_change_no_decision() 
         asked.final_error_samples(X, Y, torch.tensor([0]))
     with pytest.raises(ValueError, match="rows must be"):
         asked.final_error_samples(X, Y, torch.tensor([len(X)]))
+
+
+def test_start_indices_are_the_indices_decide_compares_and_change_no_decision() -> None:
+    X, Y = state()
+    paused = ~Y[:, -1].isfinite()
+    candidates = torch.tensor([[0.0], [0.3], [0.7], [1.0]], dtype=torch.double)
+    asked, quiet = FreezeThawPolicy(EPOCHS, **FAST), FreezeThawPolicy(EPOCHS, **FAST)
+    short = Y.clone()
+    short[:, 1:] = math.nan
+    assert asked.start_indices(X, short, candidates) is None  # no run finished: no model
+    before = asked.start_indices(X, Y, candidates)  # before any fit: fits, keeps nothing
+    assert asked._fitted is None and before.shape == (4,) and (before >= 0).all()
+    decisions = [p.decide(X, Y, paused, candidates) for p in (asked, quiet)]
+    assert [(d.action, d.index, d.score) for d in decisions][0] == (
+        decisions[1].action, decisions[1].index, decisions[1].score)
+    after = asked.start_indices(X, Y, candidates)  # now the decision's fit, reloaded
+    # A resumed run won: its index is at least every new setting's.
+    assert decisions[0].action == "resume" and decisions[0].score >= float(after.max())
+    # The level of the curves grows with x: the lowest setting is worth the most.
+    assert int(after.argmax()) == 0 and after[0] > after[-1]
+    # Every paused run hopeless: the new setting started is the one of highest index.
+    Y[8, 0] = curves(torch.tensor([0.95], dtype=torch.double))[0, 0]
+    X[8] = 0.95
+    policy = FreezeThawPolicy(EPOCHS, **FAST)
+    decision = policy.decide(X, Y, paused, candidates)
+    indices = policy.start_indices(X, Y, candidates)
+    assert decision.action == "start" and decision.index == int(indices.argmax())
+    # decide draws fresh quasi-random paths at each decision: equal up to Monte Carlo error
+    assert decision.score == pytest.approx(float(indices.max()), rel=0.02)
+    with pytest.raises(ValueError, match="candidates must be c x 1"):
+        asked.start_indices(X, Y, candidates.T)
 
 
 def test_bad_input_raises_one_line_value_errors() -> None:
