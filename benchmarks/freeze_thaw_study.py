@@ -62,7 +62,8 @@ import numpy as np
 import torch
 
 from benchmarks.bo.analysis import (
-    budget_spending, chosen_quality_regret, late_promotions, epochs_to_threshold, mean_se, regret_bands, regret_at, wilcoxon_less,
+    budget_spending, chosen_quality_regret, epochs_to_threshold, late_promotions, mean_se, regret_bands,
+    regret_at, wilcoxon_less,
 )
 from benchmarks.bo.baselines import BASELINES, optuna_available
 from benchmarks.bo.freeze_thaw import (
@@ -261,7 +262,8 @@ def quality_rows(table: str, problem: TabularProblem, runs: dict[str, list[dict]
 def spending_rows(table: str, problem: TabularProblem, runs: dict[str, list[dict]]) -> list[dict]:
     """Per method, means over seeds of ``budget_spending``, and on how many seeds the
     table's best setting was started and trained to the end (else the median epoch it was
-    left at, over the seeds that started it)."""
+    left at, over the seeds that started it); and, pooled over seeds, the shares of runs
+    continued late by their standing in the table (``late_promotions``)."""
     error = problem.error.numpy()
     num_epochs = error.shape[-1]
     rows = []
@@ -454,8 +456,8 @@ def report(lines: list[dict], problems: Mapping[str, TabularProblem], out: Path,
         "10 best settings trained to the end. `late_continued_*`: at the checkpoints before "
         "the last two steps, the share of the runs there that were trained on to the next "
         "checkpoint, by their standing among all the table's settings at that checkpoint "
-        "(its top 10 %, the next 15 %, the rest; pooled over seeds; a run still paused at "
-        "the end counts as not continued).\n\n"
+        "(its top 10 %, the next 15 %, the rest; pooled over seeds; a run that had not "
+        "reached the next checkpoint when the budget ran out counts as not continued).\n\n"
         + markdown_table(spending)
     )
     for table, cost in costs.items():

@@ -164,11 +164,17 @@ def unstarted_best(trace: dict, problem: TabularProblem, model: str = "policy") 
     (``FreezeThawPolicy.start_indices``); ``decide`` compares a random subset of
     ``num_candidates`` of them with the paused runs at every decision.
 
+    Args:
+        trace: A ``Trace.to_json()`` dict of a policy run (its ``seed`` and ``trials``).
+        problem: Its table.
+        model: A name of ``MODELS`` (the policy's model by default).
+
     Returns:
         None if the run started a best setting (or has no model); else the number of
-        unstarted settings, the best setting's rank among them by index (0 = the
-        highest; ties: the best of the tied), that rank as a share, its index and the
-        highest index.
+        unstarted settings, the best setting's rank among them by index (0 = above
+        every other; settings of the same index count ahead of it, so an index of 0
+        shared by many ranks low), that rank as a share, its index and the highest
+        index. Where the table has several best settings, the one of highest index.
     """
     settings, Y, _ = end_state(trace, problem)
     final = problem.error[:, -1]
@@ -183,7 +189,7 @@ def unstarted_best(trace: dict, problem: TabularProblem, model: str = "policy") 
         return None
     at = {s: i for i, s in enumerate(rest)}
     best_index = max(float(indices[at[s]]) for s in best)
-    rank = int((indices > best_index).sum())
+    rank = int((indices >= best_index).sum()) - 1
     return {"unstarted": len(rest), "best_rank": rank, "best_rank_share": rank / len(rest),
             "best_index": best_index, "top_index": float(indices.max())}
 
@@ -355,8 +361,8 @@ def main(argv: Sequence[str] | None = None) -> str:
     body += ("\n\n## The table's best setting, where the policy never started it\n\n"
              "At the end of each such run, every setting the run never started scored by the "
              "index it would have as a new setting (`FreezeThawPolicy.start_indices`); "
-             "`best_rank`: how many unstarted settings scored higher than the table's best "
-             "(0 = it would be the first choice), `best_rank_share` that as a share. Each "
+             "`best_rank`: how many unstarted settings scored at least as high as the table's "
+             "best (0 = it would be the first choice), `best_rank_share` that as a share. Each "
              "decision scores a random subset of `num_candidates` unstarted settings and "
              "starts the one of highest index if it beats every paused run's.\n\n")
     body += markdown_table(unstarted) if unstarted else "(nowhere)"

@@ -109,8 +109,8 @@ def late_promotions(trace: dict, error: np.ndarray, checkpoints: Sequence[int]) 
     ``checkpoints[-2]``), every run that reached it is placed by its standing there: the
     share of the table's settings with a lower error at that checkpoint (the table's, not
     the search's, so that searches with different pools are compared on one scale). A
-    run is continued if it reached the next checkpoint. Runs still paused when the budget
-    ran out count as not continued.
+    run is continued if it reached the next checkpoint; one that had not when the budget
+    ran out (paused, or still training) counts as not continued.
 
     Args:
         trace: A ``Trace.to_json()`` dict (``trials``: setting and epochs each; a

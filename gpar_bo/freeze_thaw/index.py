@@ -1,20 +1,20 @@
 r"""The scale of freeze-thaw decisions: a Gittins index per epoch from GPAR's sample paths.
 
-Only runs that reach the final checkpoint can
-improve the result, and continuing a run is not a commitment to train it to the end: it
-will be judged again at its next checkpoint. So a run's worth is its Gittins index: the
-charge per epoch at which training it on, and stopping it as soon as the rest is not
-worth the charge, just breaks even against the expected reduction of the incumbent's
-error by its final value. GPAR gives joint sample paths of a run's remaining checkpoints
-conditioned on its observed prefix (none for a new setting); :func:`stopping_index`
-finds the best stopping plan by backward induction over those paths and the index by
-bisection. The costs look ahead to the final checkpoint, so a new setting's cheap first
-epoch does not always win; cheap screening scores well exactly when GPAR has learnt that
-early values predict final ones; a paused run is resumed when its prefix makes the rest
-promising. This is the freeze-thaw idea of Swersky et al. (2014) with the index rule of
-Gittins (as in Weitzman's "Pandora's box" with multi-stage boxes) in place of entropy
-search. For a run with one checkpoint left the index is its expected improvement per
-remaining epoch, i.e. cost-aware expected improvement.
+Only runs that reach the final checkpoint can improve the result, and continuing a run
+is not a commitment to train it to the end: it will be judged again at its next
+checkpoint. So a run's worth is its Gittins index: the charge per epoch at which
+training it on, and stopping it as soon as the rest is not worth the charge, just breaks
+even against the expected reduction of the incumbent's error by its final value. GPAR
+gives joint sample paths of a run's remaining checkpoints conditioned on its observed
+prefix (none for a new setting); :func:`stopping_index` finds the best stopping plan by
+backward induction over those paths and the index by bisection. The costs look ahead to
+the final checkpoint, so a new setting's cheap first epoch does not always win; cheap
+screening scores well exactly when GPAR has learnt that early values predict final ones;
+a paused run is resumed when its prefix makes the rest promising. This is the
+freeze-thaw idea of Swersky et al. (2014) with the index rule of Gittins (as in
+Weitzman's "Pandora's box" with multi-stage boxes) in place of entropy search. For a run
+with one checkpoint left the index is its expected improvement per remaining epoch, i.e.
+cost-aware expected improvement.
 
 Design choices and why:
 

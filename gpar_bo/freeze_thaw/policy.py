@@ -319,7 +319,6 @@ class FreezeThawPolicy:
         log_errors = paths.mean + paths.variance.clamp_min(0.0).sqrt() * normals
         return log_errors.exp().reshape(-1, len(rows))
 
-    # ----------------------------------------------------------------- helpers
     def start_indices(self, X: Tensor, Y: Tensor, candidates: Tensor) -> Tensor | None:
         r"""The index each candidate would have as a new setting, now (e.g. to see where the
         model ranks settings a search never started).
@@ -327,7 +326,8 @@ class FreezeThawPolicy:
         The model and the index are those of :meth:`final_error_samples`; ``decide``
         scores a random subset of the candidates with these indices (screened first with
         fewer paths, and on fresh quasi-random paths at each decision, so its values
-        agree with these up to Monte Carlo error). Nothing the policy keeps changes.
+        agree with these up to Monte Carlo error, with the last fit's hyperparameters:
+        a decision that refits uses the new ones). Nothing the policy keeps changes.
 
         Args:
             X: ``n x d`` settings of every run started so far (as in ``decide``).
@@ -358,6 +358,7 @@ class FreezeThawPolicy:
         return FreezeThawIndex(model, self.epochs.to(X), float(floor_zeros(Y)[finished, -1].min()),
                                self.num_samples, seed=self.seed)
 
+    # ----------------------------------------------------------------- helpers
     def _check(
         self, X: Tensor, Y: Tensor, paused: Tensor, candidates: Tensor | None, bounds: Tensor | None
     ) -> None:

@@ -12,12 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from gpar_bo.tuning.errors import TuneSettingsError
 from gpar_bo.tuning.jobs import DEFAULT_VERDICT_TIMEOUT, resolve
-from gpar_bo.tuning.session import SCHEDULERS
 
 if TYPE_CHECKING:
     from gpar_bo.tuning.problem import TuningProblem
 
-__all__ = ["check_job", "check_output_directory", "check_scheduler", "check_tune_options"]
+__all__ = ["SCHEDULERS", "check_job", "check_output_directory", "check_scheduler", "check_tune_options"]
+
+#: The schedulers of ``tune``; the first is the default.
+SCHEDULERS = ("freeze-thaw", "early-stopping")
 
 
 def check_tune_options(

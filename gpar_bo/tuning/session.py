@@ -24,6 +24,7 @@ from ax.core.search_space import SearchSpace
 from ax.core.trial_status import TrialStatus
 from ax.generation_strategy.generation_strategy import GenerationStrategy
 
+from gpar_bo.tuning.checks import SCHEDULERS
 from gpar_bo.tuning.errors import JobFailed, TuneSettingsError
 from gpar_bo.tuning.jobs import DEFAULT_VERDICT_TIMEOUT, read_job
 from gpar_bo.tuning.recovery import reconcile, sync_trial_data
@@ -48,8 +49,6 @@ __all__ = [
     "trained_epochs_by_trial",
 ]
 
-#: The schedulers of ``tune``; the first is the default.
-SCHEDULERS = ("freeze-thaw", "early-stopping")
 #: The experiment property naming the scheduler that made it (absent: early-stopping,
 #: the only scheduler before freeze-thaw).
 SCHEDULER_PROPERTY = "gpar_bo_scheduler"

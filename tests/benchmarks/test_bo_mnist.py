@@ -205,12 +205,13 @@ def test_late_promotions_places_runs_by_their_standing_in_the_table() -> None:
     trace = {"trials": [
         {"setting": 0, "epochs": 4},  # top 10 % at epochs 2 and 3: continued at both
         {"setting": 1, "epochs": 2},  # top 10 % at epoch 2, left there
+        {"setting": 2, "epochs": 2},  # standing exactly 10 %: the next 15 %, left at epoch 2
         {"setting": 3, "epochs": 1}, {"setting": 3, "epochs": 3},  # next 15 %: resumed, continued once
         {"setting": 10, "epochs": 1},  # never reached a late checkpoint: not counted
         {"setting": 12, "epochs": 4},  # the rest: continued at both
     ]}
     counts = analysis.late_promotions(trace, error, [1, 2, 3, 4])
-    assert counts.tolist() == [[2, 3], [1, 2], [2, 2]]
+    assert counts.tolist() == [[2, 3], [1, 3], [2, 2]]
     with pytest.raises(ValueError, match="three checkpoints"):
         analysis.late_promotions(trace, error, [2, 4])
 

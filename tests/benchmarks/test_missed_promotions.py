@@ -84,10 +84,9 @@ def test_unstarted_best_ranks_the_best_setting_among_those_never_started(problem
     indices = FreezeThawPolicy(problem.checkpoints, seed=0).start_indices(
         problem.X[settings], Y, problem.X[rest])
     assert never["best_index"] == pytest.approx(float(indices[rest.index(best)]))
-    assert never["best_rank"] == int((indices > indices[rest.index(best)]).sum())
+    assert never["best_rank"] == int((indices >= indices[rest.index(best)]).sum()) - 1
     assert never["best_rank_share"] == never["best_rank"] / len(rest)
     assert never["top_index"] == pytest.approx(float(indices.max()))
-    assert never["top_index"] >= never["best_index"]
     started_best = {"seed": 0, "trials": [*trace["trials"], {"setting": best, "status": "stopped", "epochs": 1}]}
     assert mp.unstarted_best(started_best, problem) is None  # it was started: not this question
     assert mp.unstarted_best({"seed": 0, "trials": trace["trials"][4:]}, problem) is None  # no model
@@ -99,7 +98,6 @@ def test_quick_report_and_bad_input(tmp_path) -> None:
         assert (tmp_path / f"missed_promotions_quick.{suffix}").stat().st_size > 0
     saved = json.loads((tmp_path / "missed_promotions_quick.json").read_text())
     assert {(r["table"], r["model"], r["seeds"]) for r in saved["rows"]} == {("quick", "policy", 2)}
-    assert all(0 <= r["best_rank"] < r["unstarted"] for r in saved["best_never_started"])
     paused = saved["top_paused"]["quick policy"]  # the table's best few, wherever left paused
     row = next(r for r in saved["rows"] if r["runs"] == f"the table's {mp.TOP} best, paused")
     sides = [p["side"] for runs in paused.values() for p in runs]

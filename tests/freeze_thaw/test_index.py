@@ -8,6 +8,7 @@ from gpar_bo.freeze_thaw import expected_improvement_lognormal, stopping_index
 
 EPOCHS = [1, 2, 4]
 
+
 def test_index_with_one_checkpoint_left_is_expected_improvement_per_epoch() -> None:
     S, N = 64, 3
     reward = torch.rand(S, N, generator=torch.Generator().manual_seed(0), dtype=torch.double)
