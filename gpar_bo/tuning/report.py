@@ -115,11 +115,13 @@ class FinalValueSamples(Protocol):
 
 
 def final_value_band(samples: Tensor) -> dict[str, float]:
-    """``{"mean", "q05", "q95"}`` of samples of a final value (``num_samples``): the
-    sample mean and the quantiles that bound the central ``BAND_LEVEL`` band."""
+    """``{"mean", "median", "q05", "q95"}`` of samples of a final value (``num_samples``):
+    the sample mean and median and the quantiles that bound the central ``BAND_LEVEL``
+    band. The band is drawn around the median: GPAR's final values are log-normal
+    mixtures, whose mean can lie above the band when a run's future is very uncertain."""
     s = samples.detach().double().flatten()
     tail = (1 - BAND_LEVEL) / 2
-    return {"mean": float(s.mean()), "q05": float(s.quantile(tail)),
+    return {"mean": float(s.mean()), "median": float(s.median()), "q05": float(s.quantile(tail)),
             "q95": float(s.quantile(1 - tail))}
 
 
@@ -275,7 +277,7 @@ def _plot(report: dict[str, Any]) -> bytes:
                     **_END_MARKERS[trial["status"]])
         if "predicted_final" in trial:
             p = trial["predicted_final"]
-            ax.errorbar(final, p["mean"], yerr=[[p["mean"] - p["q05"]], [p["q95"] - p["mean"]]],
+            ax.errorbar(final, p["median"], yerr=[[p["median"] - p["q05"]], [p["q95"] - p["median"]]],
                         fmt="o", ms=3, color=style["color"], alpha=0.5, capsize=2)
     if report["best"] is not None:
         best = report["best"]
@@ -321,7 +323,7 @@ def _band(trial: Mapping[str, Any]) -> str:
     p = trial.get("predicted_final")
     if p is None:
         return "&ndash;"
-    return f"{_cell(p['mean'])} [{_cell(p['q05'])}, {_cell(p['q95'])}]"
+    return f"{_cell(p['median'])} [{_cell(p['q05'])}, {_cell(p['q95'])}]"
 
 
 def _pauses(trial: Mapping[str, Any]) -> str:

@@ -125,7 +125,7 @@ def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path) -> Non
         assert trial["status"] == names[after.trials[trial["index"]].status]
         if trial["status"] == "stopped":  # stopped before the final epoch
             band = trial["predicted_final"]
-            assert band["q05"] <= band["mean"] <= band["q95"]
+            assert band["q05"] <= band["median"] <= band["q95"]
         else:
             assert "predicted_final" not in trial
         # A stop saves every epoch after the one it was decided on; the job trained none.

@@ -18,7 +18,7 @@ from gpar_bo.freeze_thaw import FreezeThawPolicy
 from gpar_bo.problems.toy import toy_problem
 from gpar_bo.tuning.freeze_thaw import FreezeThawLoop
 from gpar_bo.tuning.jobs import read_job
-from gpar_bo.tuning.report import BAND_LEVEL, final_value_band, render_html, write_report
+from gpar_bo.tuning.report import BAND_LEVEL, _plot, final_value_band, render_html, write_report
 from gpar_bo.tuning.session import new_experiment
 from tests.tuning.fake_runner import FakeRunner
 
@@ -149,10 +149,23 @@ def test_page_escapes_parameter_names_and_values() -> None:
     assert "No trial has reached the final checkpoint yet." in page
 
 
-def test_a_band_is_the_samples_mean_and_central_quantiles() -> None:
+def test_a_band_is_the_samples_mean_median_and_central_quantiles() -> None:
     samples = torch.arange(1, 101, dtype=torch.double)
     band = final_value_band(samples)
-    assert band == {"mean": 50.5, "q05": pytest.approx(5.95), "q95": pytest.approx(95.05)}
+    assert band == {"mean": 50.5, "median": 50.0, "q05": pytest.approx(5.95), "q95": pytest.approx(95.05)}
+
+
+def test_the_plot_draws_a_band_whose_mean_lies_above_it() -> None:
+    # A log-normal with a wide log-scale: its mean is above its 95 % quantile (the README's
+    # toy job once crashed the plot with such a band).
+    samples = torch.randn(4096, generator=torch.Generator().manual_seed(0), dtype=torch.double).mul(4).exp()
+    band = final_value_band(samples)
+    assert band["mean"] > band["q95"] and band["q05"] <= band["median"] <= band["q95"]
+    trial = {"index": 0, "status": "paused", "steps": [1], "values": [0.5], "resumed_at": [],
+             "predicted_final": band}
+    report = {"checkpoints": [1, 2], "trials": [trial], "best": None, "scheduler": "freeze-thaw",
+              "metric": "error", "epochs_trained": 1, "epochs_saved": None, "epochs_not_trained": 1}
+    assert _plot(report).startswith(b"\x89PNG")
 
 
 def test_progress_files_record_pauses_and_resumptions(tmp_path: Path) -> None:
