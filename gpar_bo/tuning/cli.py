@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -167,6 +168,10 @@ def run_tune(args: argparse.Namespace) -> int:
     # Ax prints its INFO records (e.g. each poll's "trial 0 has not reported yet") on its
     # own handler, between the progress bar's updates; warnings still show.
     set_stderr_log_level(logging.WARNING)
+    # dask.distributed logs a few dozen INFO lines per run (the scheduler and each worker
+    # starting and closing) through the same handler; its warnings still show, and a
+    # setting of the user's own wins. Set before distributed is imported (by the runner).
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
     # `kill` (SIGTERM) ends the loop like Ctrl-C: snapshot saved, jobs paused.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     # GPAR's small GP fits are fastest on one thread; the workers train on one each.
