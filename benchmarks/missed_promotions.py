@@ -52,6 +52,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch: small fits run fa
 
 import numpy as np
 import torch
+from scipy.stats import spearmanr
 from tqdm import tqdm
 
 from benchmarks.bo.harness import TabularProblem, simulate
@@ -174,7 +175,10 @@ def unstarted_best(trace: dict, problem: TabularProblem, model: str = "policy") 
         unstarted settings, the best setting's rank among them by index (0 = above
         every other; settings of the same index count ahead of it, so an index of 0
         shared by many ranks low), that rank as a share, its index and the highest
-        index. Where the table has several best settings, the one of highest index.
+        index; how well the index ranks the unstarted settings (``spearman``: Spearman's
+        correlation of the index with minus the final error) and where the highest-index
+        setting ranks in the table by final error (``top_pick_final_rank``, 0 = the
+        best). Where the table has several best settings, the one of highest index.
     """
     settings, Y, _ = end_state(trace, problem)
     final = problem.error[:, -1]
@@ -190,8 +194,12 @@ def unstarted_best(trace: dict, problem: TabularProblem, model: str = "policy") 
     at = {s: i for i, s in enumerate(rest)}
     best_index = max(float(indices[at[s]]) for s in best)
     rank = int((indices >= best_index).sum()) - 1
+    table_rank = final.argsort().argsort()
+    top_pick = rest[int(indices.argmax())]
     return {"unstarted": len(rest), "best_rank": rank, "best_rank_share": rank / len(rest),
-            "best_index": best_index, "top_index": float(indices.max())}
+            "best_index": best_index, "top_index": float(indices.max()),
+            "spearman": float(spearmanr(indices.numpy(), -final[rest].numpy()).statistic),
+            "top_pick_final_rank": int(table_rank[top_pick])}
 
 
 def summary_rows(
@@ -362,7 +370,10 @@ def main(argv: Sequence[str] | None = None) -> str:
              "At the end of each such run, every setting the run never started scored by the "
              "index it would have as a new setting (`FreezeThawPolicy.start_indices`); "
              "`best_rank`: how many unstarted settings scored at least as high as the table's "
-             "best (0 = it would be the first choice), `best_rank_share` that as a share. Each "
+             "best (0 = it would be the first choice), `best_rank_share` that as a share; "
+             "`spearman`: how well the index ranks all unstarted settings (its Spearman "
+             "correlation with minus the final error); `top_pick_final_rank`: the table rank, "
+             "by final error, of the setting of highest index (0 = the best). Each "
              "decision scores a random subset of `num_candidates` unstarted settings and "
              "starts the one of highest index if it beats every paused run's.\n\n")
     body += markdown_table(unstarted) if unstarted else "(nowhere)"

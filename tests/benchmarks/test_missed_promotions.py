@@ -87,6 +87,10 @@ def test_unstarted_best_ranks_the_best_setting_among_those_never_started(problem
     assert never["best_rank"] == int((indices >= indices[rest.index(best)]).sum()) - 1
     assert never["best_rank_share"] == never["best_rank"] / len(rest)
     assert never["top_index"] == pytest.approx(float(indices.max()))
+    top_pick = rest[int(indices.argmax())]
+    assert never["top_pick_final_rank"] == int((final < final[top_pick]).sum())  # no ties here
+    from scipy.stats import spearmanr
+    assert never["spearman"] == pytest.approx(spearmanr(indices.numpy(), -final[rest].numpy()).statistic)
     started_best = {"seed": 0, "trials": [*trace["trials"], {"setting": best, "status": "stopped", "epochs": 1}]}
     assert mp.unstarted_best(started_best, problem) is None  # it was started: not this question
     assert mp.unstarted_best({"seed": 0, "trials": trace["trials"][4:]}, problem) is None  # no model
