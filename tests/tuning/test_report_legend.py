@@ -33,7 +33,7 @@ def _trial(index: int, status: str, n: int, band: bool = False,
              "paused_at": list(resumed_at) + ([n] if status == "paused" else []),
              "resumed_at": list(resumed_at)}
     if band:
-        entry["predicted_final"] = {"mean": 0.3, "q05": 0.2, "q95": 0.4}
+        entry["predicted_final"] = {"mean": 0.3, "median": 0.3, "q05": 0.2, "q95": 0.4}
     return entry
 
 
