@@ -339,8 +339,7 @@ class FreezeThawPolicy:
             None while fewer than two runs reached the final checkpoint.
         """
         observed = self._check_curves(X, Y).sum(-1)
-        if candidates.dim() != 2 or candidates.shape[-1] != X.shape[-1]:
-            raise ValueError(f"candidates must be c x {X.shape[-1]}; got {tuple(candidates.shape)}.")
+        self._check_candidates(X, candidates)
         index = self._index_now(X, Y, observed)
         if index is None:
             return None
@@ -374,12 +373,22 @@ class FreezeThawPolicy:
             raise ValueError("A paused run must not have reached the final checkpoint.")
         if candidates is None and bounds is None:
             raise ValueError("Give candidates (new settings) or bounds of the search space.")
-        if candidates is not None and (candidates.dim() != 2 or candidates.shape[-1] != X.shape[-1]):
-            raise ValueError(f"candidates must be c x {X.shape[-1]}; got {tuple(candidates.shape)}.")
+        if candidates is not None:
+            self._check_candidates(X, candidates)
         if candidates is None and (
             bounds.shape != (2, X.shape[-1]) or not bool((bounds[0] <= bounds[1]).all())
         ):
             raise ValueError(f"bounds must be 2 x {X.shape[-1]} with lower <= upper.")
+
+    @staticmethod
+    def _check_candidates(X: Tensor, candidates: Tensor) -> None:
+        """New settings must be ``c x d`` like ``X``, of its dtype, and finite."""
+        if candidates.dim() != 2 or candidates.shape[-1] != X.shape[-1]:
+            raise ValueError(f"candidates must be c x {X.shape[-1]}; got {tuple(candidates.shape)}.")
+        if candidates.dtype != X.dtype:
+            raise ValueError(f"candidates must have X's dtype {X.dtype}; got {candidates.dtype}.")
+        if not bool(torch.isfinite(candidates).all()):
+            raise ValueError("candidates must be finite (no NaN or infinity).")
 
     def _check_curves(self, X: Tensor, Y: Tensor) -> Tensor:
         """Check settings ``n x d`` and curves ``n x M``; return the observed mask."""

@@ -307,8 +307,13 @@ def test_start_indices_are_the_indices_decide_compares_and_change_no_decision() 
     assert decision.action == "start" and decision.index == int(indices.argmax())
     # decide draws fresh quasi-random paths at each decision: equal up to Monte Carlo error
     assert decision.score == pytest.approx(float(indices.max()), rel=0.02)
-    with pytest.raises(ValueError, match="candidates must be c x 1"):
-        asked.start_indices(X, Y, candidates.T)
+    for bad, message in ((candidates.T, "candidates must be c x 1"),
+                         (candidates.float(), "candidates must have X's dtype"),
+                         (torch.full_like(candidates, math.nan), "candidates must be finite")):
+        with pytest.raises(ValueError, match=message):
+            asked.start_indices(X, Y, bad)
+        with pytest.raises(ValueError, match=message):  # decide checks them the same way
+            asked.decide(X, Y, paused, bad)
 
 
 def test_bad_input_raises_one_line_value_errors() -> None:
