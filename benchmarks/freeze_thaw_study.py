@@ -9,6 +9,10 @@ epoch accounting, on tables the policy was not tuned on:
 * ``dev_mnist_study``: development data, never reported: the 291-setting MNIST study set
   (``benchmarks/data/mnist_curves_study.csv``, as ``mnist``), where the policy's changes
   are judged on real curves before the reported tables;
+* ``dev_classification``: development data, never reported: funnel MLPs (as ``digits``)
+  on scikit-learn's seeded synthetic ``make_classification`` task
+  (``benchmarks/data/classification_funnel_curves.csv``), where changes aimed at the
+  funnel tables are judged first;
 * ``digits``, ``breast_cancer``: the funnel-MLP tables on scikit-learn's digits and
   breast cancer data (50 epochs), with the rows generated so far, or ``digits:N`` for
   the first ``N`` rows (the row count is part of each run's key, so runs on a table that
@@ -23,7 +27,8 @@ estimates),
 a candidate), ``gpar_freeze_thaw_measured_staged`` (the default told it, a candidate),
 ``gpar_freeze_thaw_point`` (the default before 2026-11-29, when its curve model began
 to predict over Laplace draws of its hyperparameters: point estimates),
-the harness's baselines (ASHA, one-epoch screening, random search, Optuna's
+``gpar_freeze_thaw_budget`` (the default told the epochs each worker has left, so that
+it only trains runs that can still finish; a candidate), the harness's baselines (ASHA, one-epoch screening, random search, Optuna's
 TPE with its Hyperband pruner) and Syne Tune 0.13.0's BOHB, Hyper-Tune, MOBSTER and DyHPO
 through ``benchmarks.syne_tune.methods.run_syne_tune`` (its own virtualenv, see
 ``benchmarks/syne_tune/setup_venv.sh``). The budget is 50 full runs' worth of epochs
@@ -67,11 +72,11 @@ from benchmarks.bo.analysis import (
 )
 from benchmarks.bo.baselines import BASELINES, optuna_available
 from benchmarks.bo.freeze_thaw import (
-    GPARFreezeThaw, GPARFreezeThawFullRefits, GPARFreezeThawMeasured, GPARFreezeThawMeasuredStaged,
+    GPARFreezeThaw, GPARFreezeThawBudget, GPARFreezeThawFullRefits, GPARFreezeThawMeasured, GPARFreezeThawMeasuredStaged,
     GPARFreezeThawPoint, GPARFreezeThawPrevious,
 )
 from benchmarks.bo.harness import TabularProblem, simulate
-from benchmarks.bo.problems import FUNNEL_CSV, MNIST_STUDY_CSV, funnel_table, mnist_table, synthetic_problem
+from benchmarks.bo.problems import CLASSIFICATION_CSV, FUNNEL_CSV, MNIST_STUDY_CSV, funnel_table, mnist_table, synthetic_problem
 from benchmarks.report import RESULTS, command_line, exclusive, markdown_table, write_results
 
 REFERENCE = "gpar_freeze_thaw"
@@ -80,12 +85,13 @@ HARNESS_METHODS: dict[str, Callable] = {
     GPARFreezeThawMeasuredStaged.name: GPARFreezeThawMeasuredStaged,
     GPARFreezeThawFullRefits.name: GPARFreezeThawFullRefits,
     GPARFreezeThawPoint.name: GPARFreezeThawPoint, GPARFreezeThawPrevious.name: GPARFreezeThawPrevious,
-    **BASELINES
+    GPARFreezeThawBudget.name: GPARFreezeThawBudget, **BASELINES
 }
 #: Variants of the policy (candidates, and the earlier default): run only when named in
 #: ``--methods``.
 CANDIDATES = (GPARFreezeThawMeasured.name, GPARFreezeThawMeasuredStaged.name,
-              GPARFreezeThawFullRefits.name, GPARFreezeThawPoint.name, GPARFreezeThawPrevious.name)
+              GPARFreezeThawFullRefits.name, GPARFreezeThawPoint.name, GPARFreezeThawPrevious.name,
+              GPARFreezeThawBudget.name)
 #: Syne Tune's schedulers by the names used here (its class names as values).
 SYNE_TUNE_METHODS = {
     "syne_bohb": "BOHB",
@@ -111,6 +117,8 @@ def make_problem(table: str) -> TabularProblem:
         return mnist_table()
     if name == "dev_mnist_study":
         return dataclasses.replace(mnist_table(path=MNIST_STUDY_CSV), name=name)
+    if name == "dev_classification":
+        return dataclasses.replace(funnel_table("classification", path=CLASSIFICATION_CSV), name=name)
     if name in FUNNEL_CSV:
         problem = funnel_table(name)
         n = problem.X.shape[0]
@@ -137,12 +145,13 @@ def parse_table(table: str) -> tuple[str, int | None]:
     def number(text: str) -> bool:
         return text.isascii() and text.isdigit()
 
-    if not colon and (number(name) or name in ("mnist", "dev_mnist_study", "quick", *FUNNEL_CSV)):
+    if not colon and (number(name) or name in ("mnist", "dev_mnist_study", "dev_classification", "quick", *FUNNEL_CSV)):
         return (str(int(name)) if number(name) else name), None
     if colon and name in FUNNEL_CSV and number(rows):
         return name, int(rows)
     raise ValueError(f"unknown table {table!r}: a synthetic generator seed, 'mnist', "
-                     f"{', '.join(repr(f) for f in sorted(FUNNEL_CSV))} (or NAME:ROWS) or 'quick'.")
+                     f"{', '.join(repr(f) for f in sorted(FUNNEL_CSV))} (or NAME:ROWS), "
+                     "'dev_mnist_study', 'dev_classification' or 'quick'.")
 
 
 def canonical_table(table: str) -> str:

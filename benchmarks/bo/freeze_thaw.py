@@ -17,7 +17,7 @@ from gpar_bo.curve_model import curve_model_options
 from gpar_bo.freeze_thaw import FreezeThawPolicy
 
 __all__ = [
-    "GPARFreezeThaw", "GPARFreezeThawFullRefits", "GPARFreezeThawMeasured", "GPARFreezeThawMeasuredStaged",
+    "GPARFreezeThaw", "GPARFreezeThawBudget", "GPARFreezeThawFullRefits", "GPARFreezeThawMeasured", "GPARFreezeThawMeasuredStaged",
     "GPARFreezeThawPoint", "GPARFreezeThawPrevious",
 ]
 
@@ -26,6 +26,8 @@ class GPARFreezeThaw(Method):
     """Freeze-thaw with ``FreezeThawPolicy``: pause every run, resume or start by its index."""
 
     name = "gpar_freeze_thaw"
+    #: Tell the policy the epochs each worker has left (``decide(epochs_left=...)``).
+    budget_aware = False
 
     def __init__(self, **policy_options) -> None:
         """``policy_options``: ``FreezeThawPolicy`` arguments (default: its defaults)."""
@@ -48,7 +50,10 @@ class GPARFreezeThaw(Method):
             Y[row, : len(t.errors)] = torch.tensor(t.errors, dtype=X.dtype)
         paused = torch.tensor([t.status is Status.STOPPED for t in trials], dtype=torch.bool)
         remaining = history.remaining()
-        decision = self.policy.decide(X, Y, paused, candidates=self.problem.X[remaining])
+        decision = self.policy.decide(
+            X, Y, paused, candidates=self.problem.X[remaining],
+            epochs_left=history.epochs_left() if self.budget_aware else None,
+        )
         self.reasons.append(decision.reason)
         if decision.action == "resume":
             return trials[decision.index].trial_id
@@ -131,3 +136,12 @@ class GPARFreezeThawPrevious(GPARFreezeThaw):
 
     def __init__(self, **policy_options) -> None:
         super().__init__(**{"gpar_options": curve_model_options(noise_prior="previous"), **policy_options})
+
+
+class GPARFreezeThawBudget(GPARFreezeThaw):
+    """A candidate: the default policy told the epochs each worker has left
+    (``decide(epochs_left=...)``), so that near the end of the budget it only trains
+    runs that can still finish. Not the default: measured on the development data first."""
+
+    name = "gpar_freeze_thaw_budget"
+    budget_aware = True

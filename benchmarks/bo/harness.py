@@ -105,6 +105,9 @@ class History:
 
     problem: TabularProblem
     trials: list[Trial] = field(default_factory=list)
+    budget: int | None = None  # total epochs of the run (None: unknown to the method)
+    consumed: int = 0  # epochs trained so far
+    workers: int = 1
 
     @property
     def started(self) -> set[int]:
@@ -129,6 +132,17 @@ class History:
             Y[row, : len(t.errors)] = torch.tensor(t.errors, dtype=torch.double)
         settings = [t.setting for t in trials]
         return self.problem.X[settings], Y
+
+    def epochs_left(self) -> float | None:
+        """Epochs one worker can still train before the budget runs out: the budget left,
+        less the epochs running trials train to their next checkpoint, over the workers
+        (None without a budget)."""
+        if self.budget is None:
+            return None
+        checkpoints = self.problem.checkpoints
+        committed = sum(min(c for c in checkpoints if c > t.epochs) - t.epochs
+                        for t in self.by_status(Status.RUNNING))
+        return max(self.budget - self.consumed - committed, 0) / self.workers
 
     def incumbent(self) -> float | None:
         """Best final-epoch error of a completed trial (None before the first)."""
@@ -219,7 +233,7 @@ def simulate(
         The run's ``Trace``.
     """
     method.reset(problem, seed)
-    history = History(problem)
+    history = History(problem, budget=budget, workers=workers)
     trace = Trace(method.name, problem.name, seed)
     checkpoints = set(problem.checkpoints)
     consumed = 0
@@ -255,6 +269,7 @@ def simulate(
                 continue
             trial.epochs += 1
             consumed += 1
+            history.consumed = consumed
             if trial.epochs not in checkpoints:
                 continue
             trial.errors.append(float(problem.error[trial.setting, trial.epochs - 1]))

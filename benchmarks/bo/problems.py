@@ -30,6 +30,10 @@ EPOCHS = 21
 DEFAULT_CHECKPOINTS = TUNING_CHECKPOINTS  # what gpar-bo tune decides at on MNIST
 #: The funnel-MLP tables: data set -> CSV (made by ``gpar-bo generate-funnel-curves``).
 FUNNEL_CSV = {name: DATA / f"{name}_funnel_curves.csv" for name in ("digits", "breast_cancer")}
+#: The funnel MLPs on ``make_classification``'s seeded synthetic task: development data of
+#: the funnel family (real training curves; the policy's changes aimed at the funnel
+#: tables are judged on it, never reported as a result).
+CLASSIFICATION_CSV = DATA / "classification_funnel_curves.csv"
 FUNNEL_EPOCHS = 50
 #: Default reporting epochs of the funnel tables: roughly doubling, as for MNIST.
 FUNNEL_CHECKPOINTS = (1, 3, 6, 12, 25, 50)

@@ -196,6 +196,7 @@ class FreezeThawPolicy:
         paused: Tensor,
         candidates: Tensor | None = None,
         bounds: Tensor | None = None,
+        epochs_left: float | None = None,
     ) -> Decision:
         r"""The next action of a free worker.
 
@@ -210,31 +211,51 @@ class FreezeThawPolicy:
             candidates: ``c x d`` new settings to choose from (e.g. a table's
                 remaining settings), or None to search the box ``bounds``.
             bounds: ``2 x d`` bounds of the search space (when ``candidates`` is None).
+            epochs_left: Epochs one worker can still train before a fixed budget runs
+                out (the budget left, less the epochs running runs are committed to,
+                divided by the workers), or None without such a budget. A run that
+                cannot reach the final checkpoint within it cannot improve the result:
+                GPAR's decisions then only resume runs that can and start new
+                settings only while a whole run fits.
 
         Returns:
             The decision.
         """
         self._check(X, Y, paused, candidates, bounds)
+        if epochs_left is not None and not (math.isfinite(epochs_left) and epochs_left >= 0):
+            raise ValueError(f"epochs_left must be None or finite and >= 0; got {epochs_left}.")
         self.decisions += 1
         observed = (~Y.isnan()).sum(-1)
         M = len(self.epochs)
         finished = observed == M
         if int(finished.sum()) < 2:
             return self._warm_up(X, Y, paused, observed, candidates, bounds)
+        resumable, may_start = paused, True
+        if epochs_left is not None:  # only runs that can still finish are worth an epoch
+            trained = torch.cat([self.epochs.new_zeros(1), self.epochs])[observed]
+            resumable = paused & (self.epochs[-1] - trained <= epochs_left)
+            may_start = float(self.epochs[-1]) <= epochs_left
+            if not (may_start or resumable.any()):  # no choice can change the result
+                return self._successive_halving(
+                    Y, paused, observed, candidates, bounds,
+                    "model-free: no run can finish within the budget")
         if float(torch.rand(1, generator=self.generator)) < self.model_free_fraction:
-            return self._successive_halving(Y, paused, observed, candidates, bounds, "model-free")
+            return self._successive_halving(
+                Y, resumable, observed, candidates, bounds, "model-free", may_start)
         try:
-            return self._gpar_decision(X, Y, paused, observed, candidates, bounds)
+            return self._gpar_decision(X, Y, resumable, observed, candidates, bounds, may_start)
         except Exception as error:  # a failed fit or sampling must not stall the search
             logger.warning("GPAR decision failed (%s); deciding by successive halving.", error)
             return self._successive_halving(
-                Y, paused, observed, candidates, bounds, f"model-free: GPAR failed ({error})"
+                Y, resumable, observed, candidates, bounds, f"model-free: GPAR failed ({error})",
+                may_start,
             )
 
     def _gpar_decision(
         self, X: Tensor, Y: Tensor, paused: Tensor, observed: Tensor,
-        candidates: Tensor | None, bounds: Tensor | None,
+        candidates: Tensor | None, bounds: Tensor | None, may_start: bool = True,
     ) -> Decision:
+        """GPAR's choice among resuming ``paused`` runs and (if ``may_start``) new settings."""
         reported = observed > 0
         model, note = self._model(X[reported], Y[reported])
         M = len(self.epochs)
@@ -248,6 +269,8 @@ class FreezeThawPolicy:
             for row, score in zip(rows.tolist(), resume_scores.tolist()):
                 self._stored[self._key(X[row], observed[row])] = (score, self.decisions)
             new_rows, new_X = self._new_settings(candidates, bounds)
+            if not may_start:
+                new_rows, new_X = new_rows[:0], new_X[:0]
             if len(new_X) > NUM_FINALISTS:  # screen with fewer paths, then score the best
                 screen = FreezeThawIndex(
                     model, acqf.epochs, incumbent, self.num_samples // SCREEN_RATIO,
@@ -261,7 +284,7 @@ class FreezeThawPolicy:
         best_new = float(new_scores.max()) if len(new_X) else -math.inf
         if max(best_resume, best_new) <= 0:
             return self._successive_halving(
-                Y, paused, observed, candidates, bounds, "model-free: no path improves"
+                Y, paused, observed, candidates, bounds, "model-free: no path improves", may_start
             )
         reason = "gpar" + note
         if best_resume >= best_new:
@@ -467,9 +490,10 @@ class FreezeThawPolicy:
 
     def _successive_halving(
         self, Y: Tensor, paused: Tensor, observed: Tensor,
-        candidates: Tensor | None, bounds: Tensor | None, reason: str,
+        candidates: Tensor | None, bounds: Tensor | None, reason: str, may_start: bool = True,
     ) -> Decision:
-        """Promote the deepest paused run in the top ``1/eta`` of its checkpoint, else start one."""
+        """Promote the deepest paused run in the top ``1/eta`` of its checkpoint, else start
+        one (unless not ``may_start``: then resume the deepest paused run)."""
         for k in range(len(self.epochs) - 1, 0, -1):
             at_k = Y[observed >= k, k - 1]  # every value recorded at checkpoint k
             promotable = paused & (observed == k)
@@ -481,12 +505,12 @@ class FreezeThawPolicy:
             if top.any():
                 row = int(torch.where(top, values, math.inf).argmin())
                 return Decision("resume", row, reason)
-        if candidates is not None and len(candidates) == 0:
-            if not paused.any():
-                raise ValueError("Nothing to resume and no candidate settings left.")
-            row = int(torch.where(paused, observed, -1).argmax())
-            return Decision("resume", row, reason)
-        return self._random_new(candidates, bounds, reason)
+        if may_start and not (candidates is not None and len(candidates) == 0):
+            return self._random_new(candidates, bounds, reason)
+        if not paused.any():
+            raise ValueError("Nothing to resume and no candidate settings left.")
+        row = int(torch.where(paused, observed, -1).argmax())
+        return Decision("resume", row, reason)
 
     def _model(self, X: Tensor, Y: Tensor, keep: bool = True) -> tuple[GPARModel, str]:
         """GPAR on the runs' values ``Y`` (modelled as log-error increments);

@@ -289,6 +289,28 @@ class ResumesRunning(InOrderASHA):
         return 0 if history.trials else None
 
 
+class RecordsEpochsLeft(InOrderASHA):
+    """ASHA that records what ``history.epochs_left()`` says at each start."""
+
+    def reset(self, problem: TabularProblem, seed: int) -> None:
+        super().reset(problem, seed)
+        self.seen: list[tuple[int, float]] = []
+
+    def resume(self, history: History) -> int | None:
+        self.seen.append((history.consumed, history.epochs_left()))
+        return None
+
+
+def test_epochs_left_is_the_budget_left_less_running_commitments_per_worker() -> None:
+    method = RecordsEpochsLeft(eta=3)
+    simulate(method, hand_problem([0.5, 0.6, 0.4, 0.7], checkpoints=(1, 3)), seed=0, budget=10, workers=2)
+    # At the start: nothing trained; the second worker's start sees the first run
+    # committed to its first checkpoint (1 epoch).
+    assert method.seen[:2] == [(0, 5.0), (0, 4.5)]
+    assert all(left >= 0 for _, left in method.seen)
+    assert History(hand_problem([0.5])).epochs_left() is None  # no budget: nothing to tell
+
+
 def test_harness_rejects_resuming_a_running_trial() -> None:
     with pytest.raises(RuntimeError, match="not stopped"):
         simulate(ResumesRunning(), hand_problem([0.1, 0.2, 0.3]), seed=0, budget=10, workers=2)

@@ -144,13 +144,13 @@ def test_first_seed_runs_only_the_later_seeds_and_reports_them_all(tmp_path):
 @pytest.mark.parametrize(("table", "canonical"), [
     ("101", "101"), ("0101", "101"), ("mnist", "mnist"), ("quick", "quick"), ("digits", "digits"),
     ("digits:10", "digits:10"), ("digits:010", "digits:10"), ("breast_cancer:10", "breast_cancer:10"),
-    ("dev_mnist_study", "dev_mnist_study")])
+    ("dev_mnist_study", "dev_mnist_study"), ("dev_classification", "dev_classification")])
 def test_table_names_of_the_study(table, canonical):
     assert study.canonical_table(table) == canonical  # the name its runs are stored under
 
 
 @pytest.mark.parametrize("table", ["cifar", "digits:", "digits:x", "breast_cancer:-1", "mnist:10", "digits:\u00b2",
-                                   "dev_mnist_study:10"])
+                                   "dev_mnist_study:10", "dev_classification:10"])
 def test_bad_table_names_are_one_line_errors(table):
     with pytest.raises(ValueError, match="unknown table"):
         study.make_problem(table)
@@ -179,3 +179,4 @@ def test_the_development_mnist_table_is_the_study_set_under_its_own_name():
     assert problem.name == "dev_mnist_study" and problem.checkpoints == mnist.checkpoints
     assert problem.X.shape == (291, 6) and problem.error.shape == (291, 21)
     assert not torch.equal(problem.error, mnist.error[:291])  # other curves than the reported table's
+

@@ -62,6 +62,27 @@ def test_policy_starts_a_new_setting_when_every_paused_run_is_hopeless() -> None
     assert torch.equal(decision.candidate, candidates[decision.index])
 
 
+def test_with_a_budget_only_runs_that_can_still_finish_are_trained() -> None:
+    X, Y = state()  # paused runs have trained 1 of 4 epochs
+    paused = ~Y[:, -1].isfinite()
+    candidates = torch.tensor([[0.0], [0.05], [0.7]], dtype=torch.double)
+
+    def decide(level, epochs_left):
+        X[8], Y[8, 0] = level, curves(torch.tensor([level], dtype=torch.double))[0, 0]
+        return FreezeThawPolicy(EPOCHS, **FAST).decide(X, Y, paused, candidates, epochs_left=epochs_left)
+
+    free = decide(0.1, None)
+    assert free.action == "start"  # a better new setting is the best bet, given time
+    for ample in (4.0, 1e9):  # a whole run fits: the same decision
+        again = decide(0.1, ample)
+        assert (again.action, again.index, again.score) == (free.action, free.index, free.score)
+    late = decide(0.1, 3.5)  # the paused runs can finish (3 epochs to train), a new one cannot
+    assert (late.action, late.index, late.reason) == ("resume", 8, "gpar")
+    hopeless = decide(0.95, 3.5)  # no path improves: the fallback starts nothing either
+    assert hopeless.action == "resume" and hopeless.reason == "model-free: no path improves"
+    assert decide(0.1, 2.0).reason == "model-free: no run can finish within the budget"
+
+
 def test_a_zero_error_counts_as_half_the_smallest_positive_one() -> None:
     X, Y = state()
     paused = ~Y[:, -1].isfinite()
@@ -334,6 +355,8 @@ def test_bad_input_raises_one_line_value_errors() -> None:
         lambda: policy.decide(X, Y, paused),
         lambda: policy.decide(X, Y, paused, torch.rand(3, 2, dtype=torch.double)),
         lambda: policy.decide(X, Y, paused, bounds=torch.tensor([[1.0], [0.0]], dtype=torch.double)),
+        lambda: policy.decide(X, Y, paused, candidates, epochs_left=-1.0),
+        lambda: policy.decide(X, Y, paused, candidates, epochs_left=float("nan")),
         lambda: FreezeThawPolicy([3, 2]),
         lambda: FreezeThawPolicy([1]),
         lambda: FreezeThawPolicy(EPOCHS, num_initial=1),

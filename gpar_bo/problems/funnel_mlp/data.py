@@ -1,13 +1,17 @@
 """Offline tabular classification data: scikit-learn's bundled sets, split and standardised.
 
 :func:`load_dataset` returns a seeded, stratified train/validation split of one of the data
-sets that ship inside scikit-learn (no download), with the features standardised by the
-training part's mean and standard deviation (constant features are only centred).
+sets that ship inside scikit-learn (no download), or of ``classification``, a seeded
+synthetic task drawn by scikit-learn's ``make_classification`` (real training curves on
+data that none of the real tables uses: a development table for the funnel family), with
+the features standardised by the training part's mean and standard deviation (constant
+features are only centred).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -15,10 +19,16 @@ from gpar_bo.problems.splits import ClassificationSplit, check_split_arguments
 
 __all__ = ["DATASETS", "DEFAULT_VAL_FRACTION", "TabularData", "load_dataset"]
 
-#: Name -> scikit-learn loader (in ``sklearn.datasets``) of the bundled data sets.
-DATASETS: dict[str, str] = {
-    "digits": "load_digits",  # 1,797 8x8 digit images, 64 features, 10 classes
-    "breast_cancer": "load_breast_cancer",  # 569 tumours, 30 features, 2 classes
+#: Name -> (function of ``sklearn.datasets``, its arguments) of each data set.
+DATASETS: dict[str, tuple[str, dict[str, Any]]] = {
+    "digits": ("load_digits", {}),  # 1,797 8x8 digit images, 64 features, 10 classes
+    "breast_cancer": ("load_breast_cancer", {}),  # 569 tumours, 30 features, 2 classes
+    # 1,500 points, 4 classes of two Gaussian clusters each in 8 informative dimensions,
+    # 3 % of the labels flipped, so no setting reaches a validation error of 0.
+    "classification": ("make_classification", {
+        "n_samples": 1500, "n_features": 30, "n_informative": 8, "n_redundant": 6,
+        "n_classes": 4, "n_clusters_per_class": 2, "flip_y": 0.03, "random_state": 0,
+    }),
 }
 
 #: Validation fraction: one third held out, as in LCBench's splits.
@@ -65,7 +75,7 @@ def load_dataset(
     """Load a bundled scikit-learn data set as a seeded, stratified, standardised split.
 
     Args:
-        name: a key of :data:`DATASETS` (``"digits"`` or ``"breast_cancer"``).
+        name: a key of :data:`DATASETS` (``"digits"``, ``"breast_cancer"`` or ``"classification"``).
         val_fraction: fraction of each class held out for validation, in ``(0, 1)``.
         split_seed: seed of the split.
         max_examples: keep only a seeded random subset of this many examples before
@@ -80,11 +90,14 @@ def load_dataset(
     import sklearn
     from sklearn import datasets
 
-    bunch = getattr(datasets, DATASETS[name])()
-    x = np.asarray(bunch.data, dtype=np.float64)
-    y = np.asarray(bunch.target, dtype=np.int64)
+    function, arguments = DATASETS[name]
+    data = getattr(datasets, function)(**arguments)
+    x, y = data if isinstance(data, tuple) else (data.data, data.target)
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.int64)
     n_classes = int(y.max()) + 1
-    source = f"scikit-learn {sklearn.__version__} datasets.{DATASETS[name]}() ({len(y)} examples)"
+    call = ", ".join(f"{k}={v!r}" for k, v in arguments.items())
+    source = f"scikit-learn {sklearn.__version__} datasets.{function}({call}) ({len(y)} examples)"
     if max_examples is not None:
         keep = np.sort(np.random.default_rng([split_seed, 1]).permutation(len(y))[:max_examples])
         x, y = x[keep], y[keep]

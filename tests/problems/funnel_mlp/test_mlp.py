@@ -51,6 +51,16 @@ def test_load_dataset_is_seeded_stratified_and_standardised() -> None:
     assert "load_breast_cancer" in cancer.source and "split_seed=0" in cancer.source
 
 
+def test_the_synthetic_classification_task_is_seeded_and_recorded() -> None:
+    data = load_dataset("classification")
+    assert (data.n_train + data.n_val, data.n_features, data.n_classes) == (1500, 30, 4)
+    assert torch.equal(load_dataset("classification").x_val, data.x_val)  # the same draw every time
+    assert "make_classification(n_samples=1500" in data.source and "random_state=0" in data.source
+    for label in range(4):  # stratified like the bundled sets
+        n_val, n_train = int((data.y_val == label).sum()), int((data.y_train == label).sum())
+        assert abs(n_val - (n_val + n_train) / 3) <= 1
+
+
 def test_load_dataset_errors() -> None:
     with pytest.raises(ValueError, match="unknown data set 'iris'"):
         load_dataset("iris")
