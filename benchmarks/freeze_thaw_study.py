@@ -32,7 +32,7 @@ it only trains runs that can still finish; a candidate), the harness's baselines
 TPE with its Hyperband pruner) and Syne Tune 0.13.0's BOHB, Hyper-Tune, MOBSTER and DyHPO
 through ``benchmarks.syne_tune.methods.run_syne_tune`` (its own virtualenv, see
 ``benchmarks/syne_tune/setup_venv.sh``). The budget is 50 full runs' worth of epochs
-(1,000 on MNIST, as in ``benchmarks.bo_mnist``); regret is read off at 25, 50 and
+(1,000 on MNIST, as in ``benchmarks.bo_mnist``; ``--budget-runs`` sets another); regret is read off at 25, 50 and
 100 % of it (and at 300 epochs on MNIST).
 
 One JSON line per (method, table, rows, seed, budget) is appended to
@@ -160,11 +160,16 @@ def canonical_table(table: str) -> str:
     return name if rows is None else f"{name}:{rows}"
 
 
-def budget_of(table: str, problem: TabularProblem) -> int:
-    """50 full runs' worth of epochs (MNIST: the 1,000 of ``benchmarks.bo_mnist``; quick: 10 runs)."""
+#: The budget in full runs' worth of epochs (``--budget-runs``).
+BUDGET_RUNS = 50
+
+
+def budget_of(table: str, problem: TabularProblem, runs: int = BUDGET_RUNS) -> int:
+    """``runs`` full runs' worth of epochs (default 50; MNIST: 20 epochs per run, so the
+    1,000 of ``benchmarks.bo_mnist`` by default; quick: always 10 runs)."""
     if table == "mnist":
-        return 1000
-    return (10 if table == "quick" else 50) * problem.epochs
+        return 20 * runs
+    return (10 if table == "quick" else runs) * problem.epochs
 
 
 def report_points(table: str, budget: int) -> dict[str, int]:
@@ -392,12 +397,14 @@ def plot(path: Path, bands: dict[str, dict], budgets: dict[str, int]) -> None:
     plt.close(fig)
 
 
-def report(lines: list[dict], problems: Mapping[str, TabularProblem], out: Path, command: str, seeds: int) -> str:
+def report(lines: list[dict], problems: Mapping[str, TabularProblem], out: Path, command: str, seeds: int,
+           budget_runs: int = BUDGET_RUNS) -> str:
     """Write ``freeze_thaw.{md,csv,json,png}`` from the runs on the tables ``problems`` names
     (by table name); the markdown."""
     summary, tests, quality, spending, bands, budgets, costs = [], [], [], [], {}, {}, {}
     for table, problem in problems.items():
-        mine = [x for x in lines if x["table"] == table and x["rows"] == problem.X.shape[0]]
+        mine = [x for x in lines if x["table"] == table and x["rows"] == problem.X.shape[0]
+                and x["budget"] == budget_of(table, problem, budget_runs)]
         if not mine:
             continue
         budget = budgets[table] = mine[0]["budget"]
@@ -500,6 +507,9 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--methods", nargs="+", default=None, choices=METHODS,
                         help="default: every method whose dependencies are installed, "
                              "but the policy's variants (candidates and the earlier default)")
+    parser.add_argument("--budget-runs", type=int, default=BUDGET_RUNS,
+                        help=f"budget in full runs' worth of epochs (default {BUDGET_RUNS}); runs of "
+                             "other budgets in the runs file are kept but not reported")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--quick", action="store_true", help="one tiny synthetic table, 2 seeds, model-free methods and the policy")
     parser.add_argument("--report-only", action="store_true", help="write the report from the runs file")
@@ -507,6 +517,8 @@ def main(argv: list[str] | None = None) -> str:
     if args.quick:
         args.tables, args.seeds = ["quick"], 2
         args.methods = args.methods or [REFERENCE, "asha", "random"]
+    if args.budget_runs < 1:
+        parser.error(f"--budget-runs must be >= 1; got {args.budget_runs}")
     if not 0 <= args.first_seed < args.seeds:
         parser.error(f"--first-seed must be in 0..{args.seeds - 1} (the seeds run are K..N-1); got {args.first_seed}")
     try:  # every table is built here, so a bad name or row count fails before any run
@@ -532,14 +544,14 @@ def main(argv: list[str] | None = None) -> str:
             from tqdm import tqdm
 
             todo = [(m, t, s) for t in args.tables for s in range(args.first_seed, args.seeds) for m in methods
-                    if (m, t, problems[t].X.shape[0], s, budget_of(t, problems[t])) not in done]
+                    if (m, t, problems[t].X.shape[0], s, budget_of(t, problems[t], args.budget_runs)) not in done]
             for method, table, seed in tqdm(todo, desc="runs", unit="run"):
                 problem = problems[table]
-                line = run(method, table, problem, seed, budget_of(table, problem))
+                line = run(method, table, problem, seed, budget_of(table, problem, args.budget_runs))
                 with path.open("a") as handle:  # whole lines: a kill loses only the run in progress
                     handle.write(json.dumps(line) + "\n")
                 lines.append(line)
-    text = report(lines, problems, args.out, command_line(argv), args.seeds)
+    text = report(lines, problems, args.out, command_line(argv), args.seeds, args.budget_runs)
     print(text)
     return text
 

@@ -180,3 +180,11 @@ def test_the_development_mnist_table_is_the_study_set_under_its_own_name():
     assert problem.X.shape == (291, 6) and problem.error.shape == (291, 21)
     assert not torch.equal(problem.error, mnist.error[:291])  # other curves than the reported table's
 
+
+def test_the_budget_is_a_number_of_full_runs_worth_of_epochs(tmp_path):
+    problem = study.make_problem("quick")
+    assert study.budget_of("101", study.make_problem("101"), 12) == 12 * 21
+    assert study.budget_of("mnist", problem) == 1000  # benchmarks.bo_mnist's budget by default
+    assert study.budget_of("quick", problem, 12) == 10 * problem.epochs  # the quick table keeps its own
+    with pytest.raises(SystemExit):
+        study.main(["--quick", "--budget-runs", "0", "--out", str(tmp_path)])
