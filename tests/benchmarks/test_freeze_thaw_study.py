@@ -181,6 +181,14 @@ def test_the_development_mnist_table_is_the_study_set_under_its_own_name():
     assert not torch.equal(problem.error, mnist.error[:291])  # other curves than the reported table's
 
 
+def test_the_development_funnel_table_is_the_classification_task_under_its_own_name():
+    problem = study.make_problem("dev_classification")
+    digits = study.make_problem("digits")
+    assert problem.name == "dev_classification" and problem.checkpoints == digits.checkpoints
+    assert problem.X.shape == (1000, 7) and problem.error.shape == (1000, 50)
+    assert problem.measurement_noise.num_examples == 500  # its validation set
+
+
 def test_the_budget_is_a_number_of_full_runs_worth_of_epochs(tmp_path):
     problem = study.make_problem("quick")
     assert study.budget_of("101", study.make_problem("101"), 12) == 12 * 21
