@@ -134,15 +134,12 @@ class History:
         return self.problem.X[settings], Y
 
     def epochs_left(self) -> float | None:
-        """Epochs one worker can still train before the budget runs out: the budget left,
-        less the epochs running trials train to their next checkpoint, over the workers
+        """Epochs a free worker can still train before the budget runs out: the budget left
+        over the workers, since every worker trains one epoch per tick until it is spent
         (None without a budget)."""
         if self.budget is None:
             return None
-        checkpoints = self.problem.checkpoints
-        committed = sum(min(c for c in checkpoints if c > t.epochs) - t.epochs
-                        for t in self.by_status(Status.RUNNING))
-        return max(self.budget - self.consumed - committed, 0) / self.workers
+        return max(self.budget - self.consumed, 0) / self.workers
 
     def incumbent(self) -> float | None:
         """Best final-epoch error of a completed trial (None before the first)."""

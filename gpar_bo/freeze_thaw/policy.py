@@ -232,8 +232,8 @@ class FreezeThawPolicy:
             return self._warm_up(X, Y, paused, observed, candidates, bounds)
         resumable, may_start = paused, True
         if epochs_left is not None:  # only runs that can still finish are worth an epoch
-            trained = torch.cat([self.epochs.new_zeros(1), self.epochs])[observed]
-            resumable = paused & (self.epochs[-1] - trained <= epochs_left)
+            trained = torch.cat([self.epochs.new_zeros(1), self.epochs]).to(observed.device)[observed]
+            resumable = paused & (float(self.epochs[-1]) - trained <= epochs_left)
             may_start = float(self.epochs[-1]) <= epochs_left
             if not (may_start or resumable.any()):  # no choice can change the result
                 return self._successive_halving(

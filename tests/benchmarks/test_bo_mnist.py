@@ -301,13 +301,16 @@ class RecordsEpochsLeft(InOrderASHA):
         return None
 
 
-def test_epochs_left_is_the_budget_left_less_running_commitments_per_worker() -> None:
+def test_epochs_left_is_what_a_free_worker_can_still_train() -> None:
     method = RecordsEpochsLeft(eta=3)
-    simulate(method, hand_problem([0.5, 0.6, 0.4, 0.7], checkpoints=(1, 3)), seed=0, budget=10, workers=2)
-    # At the start: nothing trained; the second worker's start sees the first run
-    # committed to its first checkpoint (1 epoch).
-    assert method.seen[:2] == [(0, 5.0), (0, 4.5)]
-    assert all(left >= 0 for _, left in method.seen)
+    problem = hand_problem([0.5, 0.6, 0.4, 0.7, 0.3, 0.45], checkpoints=(1, 3))
+    trace = simulate(method, problem, seed=0, budget=11, workers=2)
+    assert method.seen[:2] == [(0, 5.5), (0, 5.5)]  # both workers start with the whole budget
+    # Each trial started when at most e epochs were left trained at most e (rounded up:
+    # workers take turns within a tick).
+    starts = [left for _, left in method.seen]
+    for trial, left in zip(trace.trials, starts):
+        assert trial["epochs"] <= math.ceil(left)
     assert History(hand_problem([0.5])).epochs_left() is None  # no budget: nothing to tell
 
 
