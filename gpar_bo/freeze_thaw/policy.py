@@ -212,8 +212,8 @@ class FreezeThawPolicy:
                 remaining settings), or None to search the box ``bounds``.
             bounds: ``2 x d`` bounds of the search space (when ``candidates`` is None).
             epochs_left: Epochs one worker can still train before a fixed budget runs
-                out (the budget left, less the epochs running runs are committed to,
-                divided by the workers), or None without such a budget. A run that
+                out (the budget left divided by the workers, when every worker trains
+                until it is spent), or None without such a budget. A run that
                 cannot reach the final checkpoint within it cannot improve the result:
                 GPAR's decisions then only resume runs that can and start new
                 settings only while a whole run fits.
