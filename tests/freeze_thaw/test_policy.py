@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import gpar_bo.conditionals as conditionals
-from benchmarks.bo.freeze_thaw import GPARFreezeThaw
+from benchmarks.bo.freeze_thaw import GPARFreezeThaw, GPARFreezeThawBudget
 from benchmarks.bo.harness import simulate
 from benchmarks.bo.problems import synthetic_problem
 from gpar_bo.freeze_thaw import (
@@ -398,6 +398,23 @@ def test_adapter_is_reproducible_given_a_seed(traces) -> None:
     _, (first, again, other) = traces
     assert first.trials == again.trials and first.incumbent_error == again.incumbent_error
     assert other.trials != first.trials[:len(other.trials)]
+
+
+def test_only_the_budget_candidate_tells_the_policy_the_epochs_left(monkeypatch) -> None:
+    seen: list = []
+    decide = FreezeThawPolicy.decide
+
+    def spy(self, *args, **kwargs):
+        seen.append(kwargs.get("epochs_left"))
+        return decide(self, *args, **kwargs)
+
+    monkeypatch.setattr(FreezeThawPolicy, "decide", spy)
+    problem = synthetic_problem(n=20, seed=3, checkpoints=(1, 3, 7, 21))
+    simulate(GPARFreezeThawBudget(), problem, 0, budget=30, workers=2)  # warm-up only: no fit
+    told, seen[:] = list(seen), []
+    simulate(GPARFreezeThaw(), problem, 0, budget=30, workers=2)
+    assert told[0] == 15.0 and told == sorted(told, reverse=True) and told[-1] < 15.0
+    assert seen and all(left is None for left in seen)
 
 
 def test_the_benchmark_driver_registers_the_policy_with_its_defaults() -> None:
