@@ -87,7 +87,7 @@ from botorch.fit import fit_gpytorch_mll
 from torch import Tensor
 
 from benchmarks.bo.harness import TabularProblem
-from benchmarks.bo.problems import CLASSIFICATION_CSV, MNIST_STUDY_CSV, funnel_table, mnist_table, synthetic_problem
+from benchmarks.bo.problems import MNIST_STUDY_CSV, funnel_table, mnist_table, synthetic_problem
 from benchmarks.bo.surrogates import FreezeThaw
 from gpar_bo.curve_model import HYPERPARAMETER_DRAWS, curve_model_options, resolve_gpar_options
 from gpar_bo.freeze_thaw import FreezeThawIndex
@@ -131,7 +131,7 @@ TABLES: dict[str, Callable[[], TabularProblem]] = {
 #: diagnosis in ``results/calibration_diagnosis.md`` was measured on.
 DEVELOPMENT_TABLES: dict[str, Callable[[], TabularProblem]] = {
     "dev_mnist_study": lambda: mnist_table(path=MNIST_STUDY_CSV),
-    "dev_classification": lambda: funnel_table("classification", path=CLASSIFICATION_CSV),
+    "dev_classification": lambda: funnel_table("classification"),
     **{f"dev_synthetic_{s}": (lambda s=s: synthetic_problem(n=1000, seed=s)) for s in (1, 2, 3)},
 }
 

@@ -23,7 +23,7 @@ import torch
 from scipy.stats import spearmanr
 from torch import Tensor
 
-from benchmarks.bo.problems import CLASSIFICATION_CSV, FUNNEL_CSV, funnel_table, mnist_table
+from benchmarks.bo.problems import DEV_FUNNEL_CSV, FUNNEL_CSV, funnel_table, mnist_table
 from gpar_bo.problems.funnel_mlp import load_dataset
 
 __all__ = ["crossing_stats"]
@@ -78,16 +78,15 @@ def crossing_stats(error: Tensor, chance: float = CHANCE) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--table", choices=[*(f"funnel_{name}" for name in FUNNEL_CSV),
-                                            "funnel_classification", "mnist"],
+    parser.add_argument("--table", choices=[*(f"funnel_{name}" for name in (*FUNNEL_CSV, *DEV_FUNNEL_CSV)),
+                                            "mnist"],
                         default="funnel_digits")
     args = parser.parse_args()
     if args.table == "mnist":
         print(json.dumps(crossing_stats(mnist_table().error), indent=1))
         return
     name = args.table.removeprefix("funnel_")
-    table = funnel_table(name, path=CLASSIFICATION_CSV if name == "classification" else None)
-    print(json.dumps(crossing_stats(table.error, chance=chance_error(name)), indent=1))
+    print(json.dumps(crossing_stats(funnel_table(name).error, chance=chance_error(name)), indent=1))
 
 
 def chance_error(dataset: str) -> float:

@@ -76,7 +76,7 @@ from benchmarks.bo.freeze_thaw import (
     GPARFreezeThawPoint, GPARFreezeThawPrevious,
 )
 from benchmarks.bo.harness import TabularProblem, simulate
-from benchmarks.bo.problems import CLASSIFICATION_CSV, FUNNEL_CSV, MNIST_STUDY_CSV, funnel_table, mnist_table, synthetic_problem
+from benchmarks.bo.problems import FUNNEL_CSV, MNIST_STUDY_CSV, funnel_table, mnist_table, synthetic_problem
 from benchmarks.report import RESULTS, command_line, exclusive, markdown_table, write_results
 
 REFERENCE = "gpar_freeze_thaw"
@@ -118,7 +118,7 @@ def make_problem(table: str) -> TabularProblem:
     if name == "dev_mnist_study":
         return dataclasses.replace(mnist_table(path=MNIST_STUDY_CSV), name=name)
     if name == "dev_classification":
-        return dataclasses.replace(funnel_table("classification", path=CLASSIFICATION_CSV), name=name)
+        return dataclasses.replace(funnel_table("classification"), name=name)
     if name in FUNNEL_CSV:
         problem = funnel_table(name)
         n = problem.X.shape[0]

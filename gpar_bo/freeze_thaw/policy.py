@@ -269,7 +269,7 @@ class FreezeThawPolicy:
             for row, score in zip(rows.tolist(), resume_scores.tolist()):
                 self._stored[self._key(X[row], observed[row])] = (score, self.decisions)
             new_rows, new_X = self._new_settings(candidates, bounds)
-            if not may_start:
+            if not may_start:  # drawn all the same: the random stream does not depend on it
                 new_rows, new_X = new_rows[:0], new_X[:0]
             if len(new_X) > NUM_FINALISTS:  # screen with fewer paths, then score the best
                 screen = FreezeThawIndex(
