@@ -20,16 +20,18 @@ epoch accounting, on tables the policy was not tuned on:
   every design choice of the policy, as a table it has never seen.
 
 Methods: ``gpar_freeze_thaw`` (the package's ``FreezeThawPolicy`` with its defaults,
-through ``benchmarks.bo.freeze_thaw.GPARFreezeThaw``), ``gpar_freeze_thaw_full_refits``
+told the epochs each worker has left as ``gpar-bo tune`` tells it, through
+``benchmarks.bo.freeze_thaw.GPARFreezeThaw``), ``gpar_freeze_thaw_full_refits``
 (the default before staged refits, 2026-11-28: every refit in one decision, point
 estimates),
 ``gpar_freeze_thaw_measured`` (that earlier default told the table's measurement noise,
 a candidate), ``gpar_freeze_thaw_measured_staged`` (the default told it, a candidate),
 ``gpar_freeze_thaw_point`` (the default before 2026-11-29, when its curve model began
 to predict over Laplace draws of its hyperparameters: point estimates),
-``gpar_freeze_thaw_budget`` (the default told the epochs each worker has left, so that
-it only trains runs that can still finish; a candidate), the harness's baselines (ASHA, one-epoch screening, random search, Optuna's
-TPE with its Hyperband pruner) and Syne Tune 0.13.0's BOHB, Hyper-Tune, MOBSTER and DyHPO
+``gpar_freeze_thaw_no_horizon`` (the default before 2026-11-29, when it began to be
+told the budget; the runs recorded before as ``gpar_freeze_thaw`` carry this name, and
+those recorded as the candidate ``gpar_freeze_thaw_budget`` carry the default's), the
+harness's baselines (ASHA, one-epoch screening, random search, Optuna's TPE with its Hyperband pruner) and Syne Tune 0.13.0's BOHB, Hyper-Tune, MOBSTER and DyHPO
 through ``benchmarks.syne_tune.methods.run_syne_tune`` (its own virtualenv, see
 ``benchmarks/syne_tune/setup_venv.sh``). The budget is 50 full runs' worth of epochs
 (1,000 on MNIST, as in ``benchmarks.bo_mnist``; ``--budget-runs`` sets another); regret is read off at 25, 50 and
@@ -72,8 +74,8 @@ from benchmarks.bo.analysis import (
 )
 from benchmarks.bo.baselines import BASELINES, optuna_available
 from benchmarks.bo.freeze_thaw import (
-    GPARFreezeThaw, GPARFreezeThawBudget, GPARFreezeThawFullRefits, GPARFreezeThawMeasured, GPARFreezeThawMeasuredStaged,
-    GPARFreezeThawPoint, GPARFreezeThawPrevious,
+    GPARFreezeThaw, GPARFreezeThawFullRefits, GPARFreezeThawMeasured, GPARFreezeThawMeasuredStaged,
+    GPARFreezeThawNoHorizon, GPARFreezeThawPoint, GPARFreezeThawPrevious,
 )
 from benchmarks.bo.harness import TabularProblem, simulate
 from benchmarks.bo.problems import FUNNEL_CSV, MNIST_STUDY_CSV, funnel_table, mnist_table, synthetic_problem
@@ -85,13 +87,13 @@ HARNESS_METHODS: dict[str, Callable] = {
     GPARFreezeThawMeasuredStaged.name: GPARFreezeThawMeasuredStaged,
     GPARFreezeThawFullRefits.name: GPARFreezeThawFullRefits,
     GPARFreezeThawPoint.name: GPARFreezeThawPoint, GPARFreezeThawPrevious.name: GPARFreezeThawPrevious,
-    GPARFreezeThawBudget.name: GPARFreezeThawBudget, **BASELINES
+    GPARFreezeThawNoHorizon.name: GPARFreezeThawNoHorizon, **BASELINES
 }
 #: Variants of the policy (candidates, and the earlier default): run only when named in
 #: ``--methods``.
 CANDIDATES = (GPARFreezeThawMeasured.name, GPARFreezeThawMeasuredStaged.name,
               GPARFreezeThawFullRefits.name, GPARFreezeThawPoint.name, GPARFreezeThawPrevious.name,
-              GPARFreezeThawBudget.name)
+              GPARFreezeThawNoHorizon.name)
 #: Syne Tune's schedulers by the names used here (its class names as values).
 SYNE_TUNE_METHODS = {
     "syne_bohb": "BOHB",

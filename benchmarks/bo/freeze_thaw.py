@@ -17,17 +17,18 @@ from gpar_bo.curve_model import curve_model_options
 from gpar_bo.freeze_thaw import FreezeThawPolicy
 
 __all__ = [
-    "GPARFreezeThaw", "GPARFreezeThawBudget", "GPARFreezeThawFullRefits", "GPARFreezeThawMeasured", "GPARFreezeThawMeasuredStaged",
-    "GPARFreezeThawPoint", "GPARFreezeThawPrevious",
+    "GPARFreezeThaw", "GPARFreezeThawFullRefits", "GPARFreezeThawMeasured", "GPARFreezeThawMeasuredStaged",
+    "GPARFreezeThawNoHorizon", "GPARFreezeThawPoint", "GPARFreezeThawPrevious",
 ]
 
 
 class GPARFreezeThaw(Method):
-    """Freeze-thaw with ``FreezeThawPolicy``: pause every run, resume or start by its index."""
+    """Freeze-thaw with ``FreezeThawPolicy``: pause every run, resume or start by its index,
+    told the epochs each worker has left of the budget (as ``gpar-bo tune`` tells it)."""
 
     name = "gpar_freeze_thaw"
     #: Tell the policy the epochs each worker has left (``decide(epochs_left=...)``).
-    budget_aware = False
+    budget_aware = True
 
     def __init__(self, **policy_options) -> None:
         """``policy_options``: ``FreezeThawPolicy`` arguments (default: its defaults)."""
@@ -76,6 +77,7 @@ class GPARFreezeThawMeasured(GPARFreezeThaw):
     ``results/calibration_diagnosis.md``)."""
 
     name = "gpar_freeze_thaw_measured"
+    budget_aware = False  # as its runs were measured
 
     def __init__(self, **policy_options) -> None:
         super().__init__(**{"staged_refits": False, **policy_options})
@@ -109,6 +111,7 @@ class GPARFreezeThawFullRefits(GPARFreezeThaw):
     labelled and reproducible."""
 
     name = "gpar_freeze_thaw_full_refits"
+    budget_aware = False  # as its runs were measured
 
     def __init__(self, **policy_options) -> None:
         super().__init__(**{"staged_refits": False,
@@ -121,6 +124,7 @@ class GPARFreezeThawPoint(GPARFreezeThaw):
     so that the runs measured with it stay labelled and reproducible."""
 
     name = "gpar_freeze_thaw_point"
+    budget_aware = False  # as its runs were measured
 
     def __init__(self, **policy_options) -> None:
         super().__init__(**{"gpar_options": curve_model_options(hyperparameter_draws=0), **policy_options})
@@ -133,15 +137,16 @@ class GPARFreezeThawPrevious(GPARFreezeThaw):
     development data first."""
 
     name = "gpar_freeze_thaw_previous"
+    budget_aware = False  # as its runs were measured
 
     def __init__(self, **policy_options) -> None:
         super().__init__(**{"gpar_options": curve_model_options(noise_prior="previous"), **policy_options})
 
 
-class GPARFreezeThawBudget(GPARFreezeThaw):
-    """A candidate: the default policy told the epochs each worker has left
-    (``decide(epochs_left=...)``), so that near the end of the budget it only trains
-    runs that can still finish. Not the default: measured on the development data first."""
+class GPARFreezeThawNoHorizon(GPARFreezeThaw):
+    """The policy as it was before it was told the budget (2026-11-29): no
+    ``epochs_left``, so near the end of the budget it may train runs the budget cuts off.
+    Kept so that the runs measured with it stay labelled and reproducible."""
 
-    name = "gpar_freeze_thaw_budget"
-    budget_aware = True
+    name = "gpar_freeze_thaw_no_horizon"
+    budget_aware = False

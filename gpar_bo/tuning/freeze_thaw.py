@@ -22,7 +22,10 @@ past its checkpoint.
 
 **The budget** is never exceeded: before a decision is carried out, the epochs
 trained plus those committed (each training job to its next checkpoint) plus the
-decision's own (to the chosen run's next checkpoint) must fit. When a decision
+decision's own (to the chosen run's next checkpoint) must fit. The policy is told the
+epochs a free worker has left (the budget left over the workers), so near the end it
+resumes only runs that can still reach the final checkpoint and starts a setting only
+while a whole run fits (``FreezeThawPolicy.decide``'s ``epochs_left``). When a decision
 does not fit (or not even the cheapest decision could: the policy is then not
 asked), the loop ends: no new decisions, and awaiting jobs are paused, at once or when
 they next report; once no job trains, the run is over. **Paused runs outlive the
@@ -290,7 +293,11 @@ class FreezeThawLoop:
             plan.out_of_budget = self.ending
             return plan
         mask = torch.tensor([t in paused or t in awaiting for t in trials], dtype=torch.bool)
-        committed = self.trained() + sum(
+        trained = self.trained()
+        # Every worker trains until the budget is spent, so a free worker has about the
+        # budget left over the workers; the policy then trains only runs that can finish.
+        epochs_left = max(self.budget - trained, 0) / self.runner.max_workers
+        committed = trained + sum(
             self._next_epochs(int(observed[rows[t]])) for t in indices
             if t in rows and t not in paused and t not in awaiting
             and int(observed[rows[t]]) < len(self.checkpoints))
@@ -306,7 +313,8 @@ class FreezeThawLoop:
             return plan
         new_trials = len(self.experiment.trials)
         for _ in range(slots):
-            decision = self.policy.decide(X, Y, mask, bounds=self.encoding.bounds(X.dtype))
+            decision = self.policy.decide(X, Y, mask, bounds=self.encoding.bounds(X.dtype),
+                                           epochs_left=epochs_left)
             if decision.action == "resume":
                 row = decision.index
                 cost = self._next_epochs(int(observed[row]))

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import gpar_bo.conditionals as conditionals
-from benchmarks.bo.freeze_thaw import GPARFreezeThaw, GPARFreezeThawBudget
+from benchmarks.bo.freeze_thaw import GPARFreezeThaw, GPARFreezeThawNoHorizon
 from benchmarks.bo.harness import simulate
 from benchmarks.bo.problems import synthetic_problem
 from gpar_bo.freeze_thaw import (
@@ -400,7 +400,9 @@ def test_adapter_is_reproducible_given_a_seed(traces) -> None:
     assert other.trials != first.trials[:len(other.trials)]
 
 
-def test_only_the_budget_candidate_tells_the_policy_the_epochs_left(monkeypatch) -> None:
+def test_the_default_tells_the_policy_the_epochs_left_and_the_earlier_default_does_not(
+    monkeypatch,
+) -> None:
     seen: list = []
     decide = FreezeThawPolicy.decide
 
@@ -410,9 +412,9 @@ def test_only_the_budget_candidate_tells_the_policy_the_epochs_left(monkeypatch)
 
     monkeypatch.setattr(FreezeThawPolicy, "decide", spy)
     problem = synthetic_problem(n=20, seed=3, checkpoints=(1, 3, 7, 21))
-    simulate(GPARFreezeThawBudget(), problem, 0, budget=30, workers=2)  # warm-up only: no fit
+    simulate(GPARFreezeThaw(), problem, 0, budget=30, workers=2)  # warm-up only: no fit
     told, seen[:] = list(seen), []
-    simulate(GPARFreezeThaw(), problem, 0, budget=30, workers=2)
+    simulate(GPARFreezeThawNoHorizon(), problem, 0, budget=30, workers=2)
     assert told[0] == 15.0 and told == sorted(told, reverse=True) and told[-1] < 15.0
     assert seen and all(left is None for left in seen)
 

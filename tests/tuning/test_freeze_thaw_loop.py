@@ -64,10 +64,10 @@ class ScriptedPolicy:
     def __init__(self, decisions: list[Decision]) -> None:
         self.decisions, self.asked = list(decisions), []
 
-    def decide(self, X, Y, paused, candidates=None, bounds=None) -> Decision:
+    def decide(self, X, Y, paused, candidates=None, bounds=None, epochs_left=None) -> Decision:
         assert candidates is None and torch.equal(bounds, torch.tensor([[0.0] * 2, [1.0] * 2],
                                                                        dtype=X.dtype))
-        self.asked.append((X.clone(), Y.clone(), paused.clone()))
+        self.asked.append((X.clone(), Y.clone(), paused.clone(), epochs_left))
         return self.decisions.pop(0)
 
 
@@ -99,8 +99,11 @@ def test_verdicts_pauses_resumptions_and_new_trials_follow_the_policy(tmp_path: 
             {"x1": float(x[0]), "x2": float(x[1])})
     # Jobs awaiting a verdict are offered as paused; a resumed or continued one is not
     # offered again within the same poll.
-    assert [p.tolist() for _, _, p in policy.asked] == [
+    assert [p.tolist() for _, _, p, _ in policy.asked] == [
         [], [False], [True, True], [False, True], [True, True, True], [True, False, True]]
+    # The policy is told the budget left over the 2 workers: 100 epochs, then 2 and 4
+    # trained.
+    assert [left for *_, left in policy.asked] == [50, 50, 49, 49, 48, 48]
     assert all(t.status == TrialStatus.RUNNING for t in experiment.trials.values())
 
 
@@ -154,11 +157,11 @@ def test_a_crash_loses_no_trial_and_paused_runs_stay_resumable(
     class ResumeFirst(FreezeThawPolicy):
         """The policy, except that its first decision resumes a paused run."""
 
-        def decide(self, X, Y, paused, candidates=None, bounds=None) -> Decision:
+        def decide(self, X, Y, paused, candidates=None, bounds=None, epochs_left=None):
             if self.decisions == 0 and paused.any():
                 self.decisions += 1
                 return Decision("resume", int(paused.nonzero()[0]), "test")
-            return super().decide(X, Y, paused, candidates, bounds)
+            return super().decide(X, Y, paused, candidates, bounds, epochs_left)
 
     monkeypatch.setattr(freeze_thaw_loop, "FreezeThawPolicy", ResumeFirst)
     report, runner = _run(tmp_path, budget)
