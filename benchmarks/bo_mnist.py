@@ -14,8 +14,8 @@ Wilcoxon tests of ``gpar_es`` against each method, the issue's targets) and
 Methods: the model-free baselines in ``benchmarks/bo/baselines.py`` plus the
 model-based ones in ``benchmarks/bo/model_methods.py`` (``MODEL_METHODS``) when
 that module imports, and ``gpar_freeze_thaw``: the package's
-``gpar_bo.freeze_thaw.FreezeThawPolicy`` with its defaults, through the harness
-adapter in ``benchmarks/bo/freeze_thaw.py``. ``--quick`` is the CI smoke test (synthetic problem, 2
+``gpar_bo.freeze_thaw.FreezeThawPolicy`` with its defaults, told the epochs each worker
+has left, through the harness adapter in ``benchmarks/bo/freeze_thaw.py``. ``--quick`` is the CI smoke test (synthetic problem, 2
 seeds, small budget, results in ``benchmarks/results/quick/``).
 
     python -m benchmarks.bo_mnist                       # 20 seeds, all methods, MNIST table

@@ -29,8 +29,9 @@ hyperparameters); ``point`` is the same with point estimates
 (``curve_model_options(measurement_noise=..., hyperparameter_draws=0)``, the
 calibration benchmark's ``measured``), each predicting from the same end-of-run states.
 
-The runs left paused are chosen by the model's own predictions, so they are where its
-errors matter: a predictive whose mean is off by more than its width says leaves good
+The runs left paused are chosen by the model's own predictions (except, for a policy
+told the budget, those left at the end because no remaining budget could finish them),
+so they are where its errors matter: a predictive whose mean is off by more than its width says leaves good
 runs paused, and their finals then fall below its interval. For a predictive that is the
 true conditional distribution given the data, choosing runs by the data does not change
 the 2.5 % (the choice is a function of the data the predictive conditions on); for an

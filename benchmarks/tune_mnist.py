@@ -32,7 +32,9 @@ The ``freeze_thaw`` runs at the default checkpoints made before staged refits be
 policy's default (2026-11-28) are kept apart, in ``results/tune_mnist_runs_full_refits.jsonl``
 (seeds 0-4 made at 9b2bb03, seeds 5-9 as recorded in commit aa90cec), and
 those made with the policy's point-estimate model, before hyperparameter draws became its
-default (2026-11-29), in ``results/tune_mnist_runs_point_estimates.jsonl``.
+default (2026-11-29), in ``results/tune_mnist_runs_point_estimates.jsonl``, and those
+made before the loop told the policy the epochs left of the budget (2026-11-29), in
+``results/tune_mnist_runs_no_horizon.jsonl``.
 Runs decide at the MNIST problem's default checkpoints (1, 3, 7, 14, 21: those of the
 freeze-thaw benchmark's MNIST table, ``gpar_bo.problems.mnist.job.TUNING_CHECKPOINTS``);
 ``--checkpoints`` names others, reported apart (``tune_mnist_every_epoch.*`` for every

@@ -21,7 +21,8 @@ while spent < 100:                   # a budget of 100 epochs
         Y[row, :k] = curves[s, :k]                                 # each run's prefix
     paused = torch.tensor([k < len(EPOCHS) for k in reached], dtype=torch.bool)
     remaining = [i for i in range(len(settings)) if i not in started]
-    decision = policy.decide(settings[started], Y, paused, candidates=settings[remaining])
+    decision = policy.decide(settings[started], Y, paused, candidates=settings[remaining],
+                             epochs_left=100 - spent)              # one worker: all that is left
     if decision.action == "start":
         started.append(remaining[decision.index])
         reached.append(0)

@@ -94,9 +94,9 @@ class GPARFreezeThawMeasured(GPARFreezeThaw):
 
 
 class GPARFreezeThawMeasuredStaged(GPARFreezeThawMeasured):
-    """The shipped default (staged refits) told the table's measurement noise (a
-    candidate: does a model that knows the noise choose truly better settings, rather
-    than settings whose last epoch was lucky?)."""
+    """The default as it was before it was told the budget (staged refits, no horizon)
+    told the table's measurement noise (a candidate: does a model that knows the noise
+    choose truly better settings, rather than settings whose last epoch was lucky?)."""
 
     name = "gpar_freeze_thaw_measured_staged"
 
@@ -133,8 +133,8 @@ class GPARFreezeThawPoint(GPARFreezeThaw):
 class GPARFreezeThawPrevious(GPARFreezeThaw):
     """A candidate: the policy with each later conditional's noise prior's mode at the
     previous conditional's noise, ``curve_model_options(noise_prior="previous")``
-    (``gpar_bo.conditionals.center_noise_prior``). Not the default: measured on the
-    development data first."""
+    (``gpar_bo.conditionals.center_noise_prior``), without a horizon, as it was measured
+    (compare it with ``gpar_freeze_thaw_no_horizon``). Not the default."""
 
     name = "gpar_freeze_thaw_previous"
     budget_aware = False  # as its runs were measured

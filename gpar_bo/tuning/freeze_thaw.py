@@ -23,9 +23,12 @@ past its checkpoint.
 **The budget** is never exceeded: before a decision is carried out, the epochs
 trained plus those committed (each training job to its next checkpoint) plus the
 decision's own (to the chosen run's next checkpoint) must fit. The policy is told the
-epochs a free worker has left (the budget left over the workers), so near the end it
-resumes only runs that can still reach the final checkpoint and starts a setting only
-while a whole run fits (``FreezeThawPolicy.decide``'s ``epochs_left``). When a decision
+epochs a free worker has left (the budget left over the workers, counting the epochs
+reported so far), so near the end it resumes only runs that can still reach the final
+checkpoint and starts a setting only while a whole run fits (``FreezeThawPolicy.decide``'s
+``epochs_left``). Once no run can finish, its fallback (successive halving) spends the
+rest of the budget on paused runs and new settings, as in the benchmark: their
+checkpoints stay, so a rerun with a larger budget can resume them. When a decision
 does not fit (or not even the cheapest decision could: the policy is then not
 asked), the loop ends: no new decisions, and awaiting jobs are paused, at once or when
 they next report; once no job trains, the run is over. **Paused runs outlive the
@@ -296,6 +299,8 @@ class FreezeThawLoop:
         trained = self.trained()
         # Every worker trains until the budget is spent, so a free worker has about the
         # budget left over the workers; the policy then trains only runs that can finish.
+        # The epochs jobs trained since their last report are not known here, so the
+        # horizon can be a few epochs long (a run it admits may then not finish).
         epochs_left = max(self.budget - trained, 0) / self.runner.max_workers
         committed = trained + sum(
             self._next_epochs(int(observed[rows[t]])) for t in indices

@@ -95,7 +95,7 @@ def test_the_measured_policy_is_the_earlier_default_told_the_table_noise() -> No
     given = method.policy.gpar_options["measurement_noise"]  # the policy keeps a copy
     assert type(given) is type(problem.measurement_noise) and given.settings() == problem.measurement_noise.settings()
     assert not method.policy.staged_refits  # as its recorded runs were made
-    staged = GPARFreezeThawMeasuredStaged()  # the shipped default, told the noise
+    staged = GPARFreezeThawMeasuredStaged()  # staged refits, told the noise
     staged.reset(problem, seed=0)
     assert staged.policy.staged_refits and "measurement_noise" in staged.policy.gpar_options
     with pytest.raises(ValueError, match="records no measurement noise"):
@@ -126,7 +126,7 @@ def test_the_previous_noise_policy_is_the_package_policy_with_that_prior_and_not
     method.reset(synthetic_problem(n=20, seed=1), seed=0)
     options = method.policy.gpar_options
     assert options["noise_prior"] == "previous" and options["hyperparameter_draws"] > 0
-    assert method.policy.staged_refits  # otherwise the shipped policy
+    assert method.policy.staged_refits  # otherwise the policy of its time
     assert method.name in freeze_thaw_study.CANDIDATES
 
 

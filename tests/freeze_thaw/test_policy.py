@@ -419,6 +419,14 @@ def test_the_default_tells_the_policy_the_epochs_left_and_the_earlier_default_do
     assert seen and all(left is None for left in seen)
 
 
+def test_only_the_default_is_told_the_budget_the_labelled_variants_run_as_measured() -> None:
+    from benchmarks.bo import freeze_thaw as adapters
+
+    variants = [getattr(adapters, name) for name in adapters.__all__]
+    assert GPARFreezeThaw in variants and len(variants) > 2
+    assert [v for v in variants if v.budget_aware] == [GPARFreezeThaw]
+
+
 def test_the_benchmark_driver_registers_the_policy_with_its_defaults() -> None:
     from benchmarks import bo_mnist
 

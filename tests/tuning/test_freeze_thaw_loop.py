@@ -85,7 +85,7 @@ def test_verdicts_pauses_resumptions_and_new_trials_follow_the_policy(tmp_path: 
         # and continue trial 2, so trial 0 pauses.
         Decision("resume", 1, "test"), Decision("resume", 2, "test"),
     ])
-    loop = FreezeThawLoop(experiment, runner, problem, budget_epochs=100, policy=policy)
+    loop = FreezeThawLoop(experiment, runner, problem, budget_epochs=9, policy=policy)
     for _ in range(3):
         loop.step()
     assert runner.events == [
@@ -101,9 +101,9 @@ def test_verdicts_pauses_resumptions_and_new_trials_follow_the_policy(tmp_path: 
     # offered again within the same poll.
     assert [p.tolist() for _, _, p, _ in policy.asked] == [
         [], [False], [True, True], [False, True], [True, True, True], [True, False, True]]
-    # The policy is told the budget left over the 2 workers: 100 epochs, then 2 and 4
-    # trained.
-    assert [left for *_, left in policy.asked] == [50, 50, 49, 49, 48, 48]
+    # The policy is told the budget left over the 2 workers, in epochs (9, then 2 and 4
+    # trained): from the third poll on, less than a whole run of 4 epochs.
+    assert [left for *_, left in policy.asked] == [4.5, 4.5, 3.5, 3.5, 2.5, 2.5]
     assert all(t.status == TrialStatus.RUNNING for t in experiment.trials.values())
 
 
