@@ -187,8 +187,12 @@ def test_runs_are_recorded_paused_and_resumed_at_their_checkpoints_only(tmp_path
         if job.paused:  # with its state after epoch 2, not after an epoch between
             assert job.status["step"] == 2.0
             assert load_checkpoint(out / "runs" / f"trial_{index}") == {"epoch": 2}
-    assert any(job.paused for job in jobs.values()) and any(
-        job.status == {"status": "completed"} for job in jobs.values())
+    # Some run paused at epoch 2: it is still paused, or it was resumed from there (the
+    # warm-up screens more settings than there are workers). Whether any is still paused
+    # at the end depends on timing: near the end the policy trains only runs that can
+    # finish.
+    assert any(job.paused or job.runs > 1 for job in jobs.values())
+    assert any(job.status == {"status": "completed"} for job in jobs.values())
     assert report["epochs_trained"] == sum(int(job.last_step) for job in jobs.values()) <= 24
 
 
