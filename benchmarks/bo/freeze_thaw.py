@@ -69,7 +69,17 @@ class GPARFreezeThaw(Method):
         return setting
 
 
-class GPARFreezeThawMeasured(GPARFreezeThaw):
+class GPARFreezeThawNoHorizon(GPARFreezeThaw):
+    """The policy as it was before it was told the budget (2026-11-29): no
+    ``epochs_left``, so near the end of the budget it may train runs the budget cuts off.
+    Kept so that the runs measured with it stay labelled and reproducible; the other
+    labelled variants below were measured without a horizon too, so they derive from it."""
+
+    name = "gpar_freeze_thaw_no_horizon"
+    budget_aware = False
+
+
+class GPARFreezeThawMeasured(GPARFreezeThawNoHorizon):
     """The policy as its runs were measured (full refits, ``staged_refits=False``), told
     the table's measurement noise, with point estimates of the hyperparameters (as it was
     measured): its curve model is ``curve_model_options(measurement_noise=
@@ -77,7 +87,6 @@ class GPARFreezeThawMeasured(GPARFreezeThaw):
     ``results/calibration_diagnosis.md``)."""
 
     name = "gpar_freeze_thaw_measured"
-    budget_aware = False  # as its runs were measured
 
     def __init__(self, **policy_options) -> None:
         super().__init__(**{"staged_refits": False, **policy_options})
@@ -104,49 +113,37 @@ class GPARFreezeThawMeasuredStaged(GPARFreezeThawMeasured):
         super().__init__(**{"staged_refits": True, **policy_options})
 
 
-class GPARFreezeThawFullRefits(GPARFreezeThaw):
+class GPARFreezeThawFullRefits(GPARFreezeThawNoHorizon):
     """The policy as it was before staged refits became its default: each refit
     fits all conditionals in one decision (``staged_refits=False``), with point
     estimates of the hyperparameters. Kept so that the runs measured with it stay
     labelled and reproducible."""
 
     name = "gpar_freeze_thaw_full_refits"
-    budget_aware = False  # as its runs were measured
 
     def __init__(self, **policy_options) -> None:
         super().__init__(**{"staged_refits": False,
                             "gpar_options": curve_model_options(hyperparameter_draws=0), **policy_options})
 
 
-class GPARFreezeThawPoint(GPARFreezeThaw):
+class GPARFreezeThawPoint(GPARFreezeThawNoHorizon):
     """The policy as it was before its curve model predicted over hyperparameter draws
     (2026-11-29): point estimates, ``curve_model_options(hyperparameter_draws=0)``. Kept
     so that the runs measured with it stay labelled and reproducible."""
 
     name = "gpar_freeze_thaw_point"
-    budget_aware = False  # as its runs were measured
 
     def __init__(self, **policy_options) -> None:
         super().__init__(**{"gpar_options": curve_model_options(hyperparameter_draws=0), **policy_options})
 
 
-class GPARFreezeThawPrevious(GPARFreezeThaw):
+class GPARFreezeThawPrevious(GPARFreezeThawNoHorizon):
     """A candidate: the policy with each later conditional's noise prior's mode at the
     previous conditional's noise, ``curve_model_options(noise_prior="previous")``
     (``gpar_bo.conditionals.center_noise_prior``), without a horizon, as it was measured
     (compare it with ``gpar_freeze_thaw_no_horizon``). Not the default."""
 
     name = "gpar_freeze_thaw_previous"
-    budget_aware = False  # as its runs were measured
 
     def __init__(self, **policy_options) -> None:
         super().__init__(**{"gpar_options": curve_model_options(noise_prior="previous"), **policy_options})
-
-
-class GPARFreezeThawNoHorizon(GPARFreezeThaw):
-    """The policy as it was before it was told the budget (2026-11-29): no
-    ``epochs_left``, so near the end of the budget it may train runs the budget cuts off.
-    Kept so that the runs measured with it stay labelled and reproducible."""
-
-    name = "gpar_freeze_thaw_no_horizon"
-    budget_aware = False
