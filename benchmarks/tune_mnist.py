@@ -71,6 +71,8 @@ from benchmarks.report import RESULTS, command_line, exclusive, markdown_table, 
 
 METHODS = ("freeze_thaw", "ax_default", "ax_percentile")
 RUNS_FILE = "tune_mnist_runs.jsonl"
+#: The issue's protocol: this many seeds, freeze-thaw lower in at least ``PROTOCOL_WINS`` of them.
+PROTOCOL_SEEDS, PROTOCOL_WINS = 5, 4
 WORK_DIR = "tune_mnist_runs"
 VERDICT_LOG = "verdicts.jsonl"
 
@@ -284,6 +286,32 @@ def plot(path: Path, table: dict[int, dict[str, float]]) -> None:
     plt.close(fig)
 
 
+def protocol_blocks(best: dict[int, dict[str, float]], seeds: Sequence[int]) -> list[dict[str, Any]]:
+    """The issue's protocol (``PROTOCOL_SEEDS`` seeds, freeze-thaw lower in at least
+    ``PROTOCOL_WINS`` of them against each Ax arm) on consecutive blocks of ``seeds``
+    (in the order given; an incomplete last block is left out): per block, its seeds,
+    the wins against each arm, and whether the target held. Repeating the protocol on
+    disjoint blocks shows how often a 5-seed run of it would meet the target."""
+    blocks = []
+    for start in range(0, len(seeds) - PROTOCOL_SEEDS + 1, PROTOCOL_SEEDS):
+        block = list(seeds[start:start + PROTOCOL_SEEDS])
+        wins = {other: sum(best[s]["freeze_thaw"] < best[s][other] for s in block) for other in METHODS[1:]}
+        blocks.append({"seeds": block, "wins": wins, "met": all(w >= PROTOCOL_WINS for w in wins.values())})
+    return blocks
+
+
+def protocol_text(blocks: list[dict[str, Any]]) -> str:
+    """The markdown paragraph of ``protocol_blocks``."""
+    if not blocks:
+        return f"**The issue's protocol** ({PROTOCOL_SEEDS} seeds): fewer seeds than one block."
+    parts = [f"seeds {b['seeds'][0]}-{b['seeds'][-1]}: "
+             + ", ".join(f"{w} against {o}" for o, w in b["wins"].items())
+             + f" ({'met' if b['met'] else 'missed'})" for b in blocks]
+    return (f"**The issue's protocol** ({PROTOCOL_SEEDS} seeds, freeze-thaw lower in at least "
+            f"{PROTOCOL_WINS} of them against each Ax arm), repeated on consecutive blocks of the seeds: "
+            + "; ".join(parts) + f". Met on {sum(b['met'] for b in blocks)} of {len(blocks)} blocks.")
+
+
 def report(records: list[dict], settings: Settings, seeds: Sequence[int], out: Path, command: str) -> str:
     """Write ``tune_mnist.{md,csv,json,png}`` from the records of ``seeds`` at ``settings``; the markdown."""
     mine = {(r["method"], r["seed"]): r for r in records
@@ -311,6 +339,7 @@ def report(records: list[dict], settings: Settings, seeds: Sequence[int], out: P
                         "epochs_past_decision": sum(mine[(method, s)]["epochs_past_decision"] for s in complete)})
     target = math.ceil(0.8 * len(complete))
     met = all(w >= target for w in wins.values()) and all(r["epochs_past_decision"] == 0 for r in mine.values())
+    blocks = protocol_blocks(best, complete)
     past = sum(r["epochs_past_decision"] for r in mine.values())
     verdicts = sum(r["stop_pause_verdicts"] for r in mine.values())
     def mean_of(method: str, key: str) -> float:
@@ -338,6 +367,7 @@ def report(records: list[dict], settings: Settings, seeds: Sequence[int], out: P
         + ", ".join(f"{w} of {len(complete)} against {o} ({ties[o]} tied)" for o, w in wins.items())
         + f". Target: at least {target} of {len(complete)} against each, and no epoch past a decision: "
         f"**{'met' if met else 'missed'}**.",
+        protocol_text(blocks),
         behaviour,
         f"**Epochs past the decision checkpoint:** {past} over {verdicts} stop and pause verdicts "
         "(each verdict's checkpoint is the last epoch the job had reported when it was given; the "
@@ -359,6 +389,7 @@ def report(records: list[dict], settings: Settings, seeds: Sequence[int], out: P
         "(a run already in the file is not rerun); the command below wrote this report from that file.",
     ]
     extra = {"records": list(mine.values()), "wins": wins, "ties": ties, "target_met": met, "summary": summary,
+             "protocol_blocks": blocks,
              "settings": asdict(settings)}
     write_results(out, settings.stem, "`gpar-bo tune` freeze-thaw vs Ax on real MNIST training",
                   rows, command, list(seeds), notes="\n\n".join(notes), extra=extra)

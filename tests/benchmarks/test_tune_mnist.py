@@ -124,3 +124,28 @@ def test_report_counts_wins_and_ties_per_seed(tmp_path):
     assert result["wins"] == {"ax_default": 1, "ax_percentile": 1}
     assert result["ties"] == {"ax_default": 2, "ax_percentile": 1}
     assert "1 of 3 against ax_default (2 tied)" in text and "**missed**" in text
+
+
+def test_report_repeats_the_issue_protocol_on_blocks_of_five_seeds(tmp_path):
+    settings = bench.Settings(epochs=2, budget=4, workers=1, max_examples=300, checkpoints=(1, 2))
+    # Seeds 0-4: freeze-thaw lower on all five against both arms; seeds 5-9: on three;
+    # seed 10 makes an incomplete block, left out.
+    finals = {s: (0.1, 0.2, 0.2) for s in range(5)}
+    finals |= {s: (0.1, 0.2, 0.2) if s < 8 else (0.3, 0.2, 0.2) for s in range(5, 10)}
+    finals[10] = (0.1, 0.2, 0.2)
+
+    def record(method, seed, final):
+        return {"method": method, "seed": seed, "epochs": 2, "budget": 4, "workers": 1, "max_examples": 300,
+                "checkpoints": [1, 2], "best_final_val_error": final, "epochs_trained": 4,
+                "trials_started": 2, "trials_reaching_final_epoch": 1, "completed": 1, "stopped": 0,
+                "pauses": 1, "resumes": 0, "stop_pause_verdicts": 1, "epochs_past_decision": 0,
+                "wall_s": 1.0, "tuner_cpu_s": 1.0, "best_trial": 1}
+
+    records = [record(m, s, f[i]) for s, f in finals.items() for i, m in enumerate(bench.METHODS)]
+    text = bench.report(records, settings, list(finals), tmp_path, "cmd")
+    blocks = json.loads((tmp_path / f"{settings.stem}.json").read_text())["protocol_blocks"]
+    assert [b["seeds"] for b in blocks] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+    assert [b["wins"] for b in blocks] == [{"ax_default": 5, "ax_percentile": 5},
+                                           {"ax_default": 3, "ax_percentile": 3}]
+    assert [b["met"] for b in blocks] == [True, False]
+    assert "Met on 1 of 2 blocks" in text
