@@ -75,7 +75,7 @@ from benchmarks.bo.analysis import (
 from benchmarks.bo.baselines import BASELINES, optuna_available
 from benchmarks.bo.freeze_thaw import (
     GPARFreezeThaw, GPARFreezeThawFullRefits, GPARFreezeThawMeasured, GPARFreezeThawMeasuredStaged,
-    GPARFreezeThawNoHorizon, GPARFreezeThawPoint, GPARFreezeThawPrevious,
+    GPARFreezeThawNoHorizon, GPARFreezeThawPoint, GPARFreezeThawPrevious, GPARFreezeThawScreened,
 )
 from benchmarks.bo.harness import TabularProblem, simulate
 from benchmarks.bo.problems import FUNNEL_CSV, MNIST_STUDY_CSV, funnel_table, mnist_table, synthetic_problem
@@ -87,13 +87,14 @@ HARNESS_METHODS: dict[str, Callable] = {
     GPARFreezeThawMeasuredStaged.name: GPARFreezeThawMeasuredStaged,
     GPARFreezeThawFullRefits.name: GPARFreezeThawFullRefits,
     GPARFreezeThawPoint.name: GPARFreezeThawPoint, GPARFreezeThawPrevious.name: GPARFreezeThawPrevious,
-    GPARFreezeThawNoHorizon.name: GPARFreezeThawNoHorizon, **BASELINES
+    GPARFreezeThawNoHorizon.name: GPARFreezeThawNoHorizon,
+    GPARFreezeThawScreened.name: GPARFreezeThawScreened, **BASELINES
 }
 #: Variants of the policy (candidates, and the earlier default): run only when named in
 #: ``--methods``.
 CANDIDATES = (GPARFreezeThawMeasured.name, GPARFreezeThawMeasuredStaged.name,
               GPARFreezeThawFullRefits.name, GPARFreezeThawPoint.name, GPARFreezeThawPrevious.name,
-              GPARFreezeThawNoHorizon.name)
+              GPARFreezeThawNoHorizon.name, GPARFreezeThawScreened.name)
 #: Syne Tune's schedulers by the names used here (its class names as values).
 SYNE_TUNE_METHODS = {
     "syne_bohb": "BOHB",

@@ -112,6 +112,14 @@ class FreezeThawPolicy:
             a decision then costs at most one conditional's fit instead of all
             ``M``. A stage whose fit fails keeps its conditional's last fit until
             the next refit.
+        paused_scoring: How paused runs are scored at each decision: "lazy" (default)
+            rescores the ``num_resumable`` best stored indices, the ``num_refresh``
+            least recently scored and the never scored; "screen" (a candidate) screens
+            every paused run (a random ``num_candidates`` of them when there are more)
+            with a quarter of the paths, as new settings are, and scores the
+            ``NUM_FINALISTS`` best with all of them, so no index is stale: a stored
+            index is an upper bound only as far as the incumbent goes, while the
+            data that arrive after it can raise it.
         gpar_options: ``GPARModel`` options (default
             :func:`~gpar_bo.curve_model.curve_model_options`). The index is computed
             on log-error increments, so the model always has a ``LogIncrements``
@@ -134,6 +142,7 @@ class FreezeThawPolicy:
         eta: float = 3.0,
         refit_growth: float = 0.2,
         staged_refits: bool = True,
+        paused_scoring: Literal["lazy", "screen"] = "lazy",
         gpar_options: Mapping[str, Any] | None = None,
         fit_kwargs: Mapping[str, Any] | None = None,
         seed: int = 0,
@@ -158,6 +167,8 @@ class FreezeThawPolicy:
             raise ValueError(f"model_free_fraction must be in [0, 1]; got {model_free_fraction}.")
         if eta <= 1:
             raise ValueError(f"eta must be > 1; got {eta}.")
+        if paused_scoring not in ("lazy", "screen"):
+            raise ValueError(f"paused_scoring must be 'lazy' or 'screen'; got {paused_scoring!r}.")
         if refit_growth < 0:
             raise ValueError(f"refit_growth must be >= 0; got {refit_growth}.")
         self.epochs = torch.tensor(epochs, dtype=torch.double)
@@ -170,6 +181,7 @@ class FreezeThawPolicy:
         self.eta = eta
         self.refit_growth = refit_growth
         self.staged_refits = staged_refits
+        self.paused_scoring = paused_scoring
         options = resolve_gpar_options(gpar_options)
         if options.get("outcome_transform") is None:
             options["outcome_transform"] = LogIncrements()
@@ -263,22 +275,35 @@ class FreezeThawPolicy:
         acqf = FreezeThawIndex(
             model, self.epochs.to(X), incumbent, self.num_samples, seed=self.seed + self.decisions
         )
+        screen = FreezeThawIndex(
+            model, acqf.epochs, incumbent, self.num_samples // SCREEN_RATIO,
+            num_bins=8 // SCREEN_RATIO, seed=acqf.seed,
+        )
+
+        def finalists(Xs: Tensor, obs: Tensor) -> Tensor:
+            """Positions of the ``NUM_FINALISTS`` best by the screening index (all if fewer)."""
+            if len(Xs) <= NUM_FINALISTS:
+                return torch.arange(len(Xs))
+            return screen.index(Xs, obs).topk(NUM_FINALISTS).indices
+
         with torch.no_grad():
-            rows = self._resumable(X, observed, paused)
-            resume_scores = acqf.index(X[rows], observed[rows])
-            for row, score in zip(rows.tolist(), resume_scores.tolist()):
-                self._stored[self._key(X[row], observed[row])] = (score, self.decisions)
+            if self.paused_scoring == "screen":
+                rows = paused.nonzero().squeeze(-1)
+                if len(rows) > self.num_candidates:
+                    rows = rows[torch.randperm(len(rows), generator=self.generator)[: self.num_candidates]]
+                rows = rows[finalists(X[rows], observed[rows])]
+                resume_scores = acqf.index(X[rows], observed[rows])
+            else:
+                rows = self._resumable(X, observed, paused)
+                resume_scores = acqf.index(X[rows], observed[rows])
+                for row, score in zip(rows.tolist(), resume_scores.tolist()):
+                    self._stored[self._key(X[row], observed[row])] = (score, self.decisions)
             new_rows, new_X = self._new_settings(candidates, bounds)
             if not may_start:  # drawn all the same: the random stream does not depend on it
                 new_rows, new_X = new_rows[:0], new_X[:0]
-            if len(new_X) > NUM_FINALISTS:  # screen with fewer paths, then score the best
-                screen = FreezeThawIndex(
-                    model, acqf.epochs, incumbent, self.num_samples // SCREEN_RATIO,
-                    num_bins=8 // SCREEN_RATIO, seed=acqf.seed,
-                )
-                coarse = screen.index(new_X, torch.zeros(len(new_X), dtype=torch.long))
-                finalists = coarse.topk(NUM_FINALISTS).indices
-                new_rows, new_X = new_rows[finalists], new_X[finalists]
+            # Screen with fewer paths, then score the best with all of them.
+            chosen = finalists(new_X, torch.zeros(len(new_X), dtype=torch.long))
+            new_rows, new_X = new_rows[chosen], new_X[chosen]
             new_scores = acqf.index(new_X, torch.zeros(len(new_X), dtype=torch.long))
         best_resume = float(resume_scores.max()) if len(rows) else -math.inf
         best_new = float(new_scores.max()) if len(new_X) else -math.inf
