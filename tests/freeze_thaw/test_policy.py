@@ -249,6 +249,30 @@ def test_work_per_decision_does_not_grow_with_the_paused_runs() -> None:
     assert n - 1 in rows and {9, 19, 29} <= set(rows) and {0, 1} <= set(rows)
 
 
+def test_screened_scoring_screens_every_paused_run_and_picks_the_fresh_best(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 8 finished runs and 12 paused ones at the first checkpoint: more than NUM_FINALISTS,
+    # so the paused runs are screened; the lazy default scores only some of them.
+    x = torch.cat([torch.linspace(0.2, 1.0, 8), torch.linspace(0.0, 0.9, 12)]).unsqueeze(-1).double()
+    Y = curves(x.squeeze(-1))
+    Y[8:, 1:] = float("nan")
+    paused = ~Y[:, -1].isfinite()
+    candidates = torch.rand(4, 1, dtype=torch.double)
+    scored: list[int] = []
+    index = FreezeThawIndex.index
+    monkeypatch.setattr(FreezeThawIndex, "index",
+                        lambda self, X, observed: scored.append(len(X)) or index(self, X, observed))
+    policy = FreezeThawPolicy(EPOCHS, paused_scoring="screen", **FAST)
+    decision = policy.decide(x, Y.double(), paused, candidates)
+    # Screened: all 12 paused runs, then the 8 best with all paths, then the new settings.
+    assert scored[:2] == [12, policy_module.NUM_FINALISTS]
+    # Row 8 (x = 0) has the best prefix of all; it must win over every other paused run.
+    assert (decision.action, decision.index) == ("resume", 8)
+    again = FreezeThawPolicy(EPOCHS, paused_scoring="screen", **FAST).decide(x, Y.double(), paused, candidates)
+    assert again == decision  # reproducible given the seed
+
+
 def test_warm_up_screens_then_pushes_the_two_best() -> None:
     policy = FreezeThawPolicy(EPOCHS, num_initial=3, **FAST)
     candidates = torch.rand(10, 1, dtype=torch.double)
@@ -362,6 +386,7 @@ def test_bad_input_raises_one_line_value_errors() -> None:
         lambda: FreezeThawPolicy(EPOCHS, num_initial=1),
         lambda: FreezeThawPolicy(EPOCHS, num_samples=48),
         lambda: FreezeThawPolicy(EPOCHS, model_free_fraction=1.5),
+        lambda: FreezeThawPolicy(EPOCHS, paused_scoring="eager"),
         lambda: stopping_index(torch.ones(6, 2), torch.ones(6, 2, 3), torch.zeros(2, dtype=torch.long), torch.tensor([1.0, 2, 3])),
         lambda: expected_improvement_lognormal(torch.zeros(1), torch.ones(1), 0.0),
     ]
@@ -419,12 +444,18 @@ def test_the_default_tells_the_policy_the_epochs_left_and_the_earlier_default_do
     assert seen and all(left is None for left in seen)
 
 
-def test_only_the_default_is_told_the_budget_the_labelled_variants_run_as_measured() -> None:
+def test_only_the_default_and_candidates_on_it_are_told_the_budget() -> None:
+    # The labelled variants measured before the end game run as they were measured.
     from benchmarks.bo import freeze_thaw as adapters
 
     variants = [getattr(adapters, name) for name in adapters.__all__]
     assert GPARFreezeThaw in variants and len(variants) > 2
-    assert [v for v in variants if v.budget_aware] == [GPARFreezeThaw]
+    told = [v for v in variants if v.budget_aware]
+    assert told == [GPARFreezeThaw, adapters.GPARFreezeThawScreened]
+    assert all(not issubclass(v, GPARFreezeThawNoHorizon) for v in told)
+    method = adapters.GPARFreezeThawScreened()
+    method.reset(synthetic_problem(n=10, seed=0), seed=0)
+    assert method.policy.paused_scoring == "screen" and GPARFreezeThaw().policy_options == {}
 
 
 def test_the_benchmark_driver_registers_the_policy_with_its_defaults() -> None:
