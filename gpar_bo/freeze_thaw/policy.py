@@ -292,10 +292,10 @@ class FreezeThawPolicy:
                 if len(rows) > self.num_candidates:
                     rows = rows[torch.randperm(len(rows), generator=self.generator)[: self.num_candidates]]
                 rows = rows[finalists(X[rows], observed[rows])]
-                resume_scores = acqf.index(X[rows], observed[rows])
             else:
                 rows = self._resumable(X, observed, paused)
-                resume_scores = acqf.index(X[rows], observed[rows])
+            resume_scores = acqf.index(X[rows], observed[rows])
+            if self.paused_scoring == "lazy":
                 for row, score in zip(rows.tolist(), resume_scores.tolist()):
                     self._stored[self._key(X[row], observed[row])] = (score, self.decisions)
             new_rows, new_X = self._new_settings(candidates, bounds)

@@ -107,18 +107,20 @@ def test_bad_checkpoints_are_refused_before_any_run(tmp_path, checkpoints, capsy
     assert not (tmp_path / bench.RUNS_FILE).exists()
 
 
+def _record(method: str, seed: int, final: float) -> dict:
+    """A run's record at the tiny settings of the report tests, with its best final error."""
+    return {"method": method, "seed": seed, "epochs": 2, "budget": 4, "workers": 1, "max_examples": 300,
+            "checkpoints": [1, 2], "best_final_val_error": final, "epochs_trained": 4,
+            "trials_started": 2, "trials_reaching_final_epoch": 1, "completed": 1, "stopped": 0,
+            "pauses": 1, "resumes": 0, "stop_pause_verdicts": 1, "epochs_past_decision": 0,
+            "wall_s": 1.0, "tuner_cpu_s": 1.0, "best_trial": 1}
+
+
 def test_report_counts_wins_and_ties_per_seed(tmp_path):
     settings = bench.Settings(epochs=2, budget=4, workers=1, max_examples=300, checkpoints=(1, 2))
     finals = {0: (0.10, 0.20, 0.10), 1: (0.30, 0.30, 0.20), 2: (0.10, 0.10, 0.40)}  # per seed, METHODS order
 
-    def record(method, seed, final):
-        return {"method": method, "seed": seed, "epochs": 2, "budget": 4, "workers": 1, "max_examples": 300,
-                "checkpoints": [1, 2], "best_final_val_error": final, "epochs_trained": 4,
-                "trials_started": 2, "trials_reaching_final_epoch": 1, "completed": 1, "stopped": 0,
-                "pauses": 1, "resumes": 0, "stop_pause_verdicts": 1, "epochs_past_decision": 0,
-                "wall_s": 1.0, "tuner_cpu_s": 1.0, "best_trial": 1}
-
-    records = [record(m, s, f[i]) for s, f in finals.items() for i, m in enumerate(bench.METHODS)]
+    records = [_record(m, s, f[i]) for s, f in finals.items() for i, m in enumerate(bench.METHODS)]
     text = bench.report(records, settings, list(finals), tmp_path, "cmd")
     result = json.loads((tmp_path / f"{settings.stem}.json").read_text())
     assert result["wins"] == {"ax_default": 1, "ax_percentile": 1}
@@ -134,14 +136,7 @@ def test_report_repeats_the_issue_protocol_on_blocks_of_five_seeds(tmp_path):
     finals |= {s: (0.1, 0.2, 0.2) if s < 8 else (0.3, 0.2, 0.2) for s in range(5, 10)}
     finals[10] = (0.1, 0.2, 0.2)
 
-    def record(method, seed, final):
-        return {"method": method, "seed": seed, "epochs": 2, "budget": 4, "workers": 1, "max_examples": 300,
-                "checkpoints": [1, 2], "best_final_val_error": final, "epochs_trained": 4,
-                "trials_started": 2, "trials_reaching_final_epoch": 1, "completed": 1, "stopped": 0,
-                "pauses": 1, "resumes": 0, "stop_pause_verdicts": 1, "epochs_past_decision": 0,
-                "wall_s": 1.0, "tuner_cpu_s": 1.0, "best_trial": 1}
-
-    records = [record(m, s, f[i]) for s, f in finals.items() for i, m in enumerate(bench.METHODS)]
+    records = [_record(m, s, f[i]) for s, f in finals.items() for i, m in enumerate(bench.METHODS)]
     text = bench.report(records, settings, list(finals), tmp_path, "cmd")
     blocks = json.loads((tmp_path / f"{settings.stem}.json").read_text())["protocol_blocks"]
     assert [b["seeds"] for b in blocks] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
