@@ -120,6 +120,7 @@ GPAR_VARIANTS: Mapping[str, Callable[[TabularProblem], dict[str, Any]]] = {
     "previous": lambda problem: curve_model_options(noise_prior="previous"),
     "laplace_gamma": lambda problem: curve_model_options(noise_prior="gamma"),
     "laplace_measured": lambda problem: measured_options(problem, hyperparameter_draws=HYPERPARAMETER_DRAWS),
+    "laplace_linear": lambda problem: curve_model_options(kernel="L-NL-X"),
 }
 TABLES: dict[str, Callable[[], TabularProblem]] = {
     "mnist": mnist_table,

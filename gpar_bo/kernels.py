@@ -28,12 +28,17 @@ class KernelFamily(str, Enum):
     - ``L_NL`` (GPAR-L-NL): ``k_x(x) + k_linear(y) + k_eq(y)``.
     - ``NL_X`` (nonlinear, input-dependent): ``k_x(x) + k_eq((x, y))``; the
       dependence on earlier outputs may vary with x.
+    - ``L_NL_X``: ``k_x(x) + k_linear(y) + k_eq((x, y))``, NL-X with GPAR-L-NL's linear
+      term: away from the earlier outputs it was fitted on, a conditional follows
+      their linear trend, with a variance that grows with the distance, instead of
+      reverting to its constant mean.
     """
 
     L = "L"
     NL = "NL"
     L_NL = "L-NL"
     NL_X = "NL-X"
+    L_NL_X = "L-NL-X"
 
 
 class Conventions(str, Enum):
@@ -139,10 +144,10 @@ def conditional_kernel(
         k_x = stationary(x_dims, None, use_rbf_kernel)
         return ScaleKernel(k_x) if paper else k_x
     parts: list[Kernel] = [ScaleKernel(stationary(x_dims, x_cols, use_rbf_kernel))]
-    if family in (KernelFamily.L, KernelFamily.L_NL):
+    if family in (KernelFamily.L, KernelFamily.L_NL, KernelFamily.L_NL_X):
         parts.append(DenseLinearKernel(ard_num_dims=y_dims, active_dims=y_cols))
     if family in (KernelFamily.NL, KernelFamily.L_NL):
         parts.append(ScaleKernel(stationary(y_dims, y_cols)))
-    if family is KernelFamily.NL_X:
+    if family in (KernelFamily.NL_X, KernelFamily.L_NL_X):
         parts.append(ScaleKernel(stationary(x_dims + y_dims, None)))
     return AdditiveKernel(*parts)
