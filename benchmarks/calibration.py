@@ -48,8 +48,10 @@ later conditionals' hyperparameters from the Laplace approximation of their post
 candidate, not the default): from output 3 on, each conditional's LogNormal noise prior
 has its mode at the previous conditional's fitted noise
 (``gpar_bo.conditionals.center_noise_prior``); ``laplace_gamma`` is that model with
-``noise_prior="gamma"``, and ``laplace_measured`` that model told the table's measurement
-noise (``measured`` with the draws).
+``noise_prior="gamma"``, ``laplace_measured`` that model told the table's measurement
+noise (``measured`` with the draws), and ``laplace_linear`` that model with the "L-NL-X"
+kernels (a candidate: a linear term on the earlier outputs, so that a run unlike the
+continued ones follows their trend instead of their mean).
 
 Usage::
 
@@ -479,7 +481,9 @@ def write_results(
         "`previous` = the shipped model with `noise_prior=\"previous\"` (a candidate): from output 3 "
         "on, each conditional's LogNormal noise prior has its mode at the previous conditional's "
         "fitted noise; `laplace_gamma` = the shipped model with `noise_prior=\"gamma\"`; "
-        "`laplace_measured` = the shipped model told the table's measurement noise.",
+        "`laplace_measured` = the shipped model told the table's measurement noise; "
+        "`laplace_linear` = the shipped model with the \"L-NL-X\" kernels (a linear term on the "
+        "earlier outputs; a candidate).",
         "",
         "`fit s`: mean seconds per fit under the machine's load at the time (other sessions "
         "shared its 2 cores), not a speed measurement.",

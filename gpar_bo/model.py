@@ -80,7 +80,7 @@ class GPARModel(Model):
             observes a prefix of the outputs) unless ``impute=True``.
         output_names: Optional names of the M outputs (e.g. checkpoint epochs).
         kernel: The kernel family of table 2 of the paper: "L", "NL", "L-NL"
-            (default) or "NL-X" (see ``KernelFamily``).
+            (default), "NL-X" or "L-NL-X" (see ``KernelFamily``).
         markov: If given, conditional m sees only the last ``markov`` earlier
             outputs; ``markov=0`` gives independent GPs (the IGP baseline).
         impute: Allow data that is not closed downwards: missing earlier

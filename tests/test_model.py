@@ -19,6 +19,7 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 from tests.helpers import EPOCHS, fit, partial_curves, tolerance
 
 from gpar_bo import GPARMarginalLogLikelihood, GPARModel, KernelFamily
+from gpar_bo.kernels import DenseLinearKernel
 from gpar_bo.initialization import set_input_lengthscales
 from gpar_bo.kernels import input_kernels
 from gpar_bo.synthetic import learning_curves, three_output_function
@@ -222,6 +223,14 @@ def test_matern_option_changes_only_the_kernel_on_x(conventions: str, dtype: tor
         parts = model.conditionals[1].covar_module.kernels
         assert isinstance(parts[0].base_kernel, MaternKernel)
         assert isinstance(parts[on_outputs].base_kernel, RBFKernel)
+
+
+def test_l_nl_x_is_nl_x_plus_a_linear_kernel_on_the_earlier_outputs() -> None:
+    X, Y = partial_curves(n=20)  # 2 input columns
+    nl_x = GPARModel(X, Y, kernel="NL-X").conditionals[2].covar_module.kernels
+    l_nl_x = GPARModel(X, Y, kernel="L-NL-X").conditionals[2].covar_module.kernels
+    assert [type(k) for k in l_nl_x] == [type(nl_x[0]), DenseLinearKernel, type(nl_x[1])]
+    assert l_nl_x[1].active_dims.tolist() == [2, 3]  # outputs 0 and 1, after x
 
 
 def test_impute_fills_gaps_with_the_posterior_mean(dtype: torch.dtype) -> None:
