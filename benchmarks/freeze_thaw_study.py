@@ -30,7 +30,9 @@ a candidate), ``gpar_freeze_thaw_measured_staged`` (the default told it, a candi
 to predict over Laplace draws of its hyperparameters: point estimates),
 ``gpar_freeze_thaw_no_horizon`` (the default before 2026-11-29, when it began to be
 told the budget; the runs recorded before as ``gpar_freeze_thaw`` carry this name, and
-those recorded as the candidate ``gpar_freeze_thaw_budget`` carry the default's), the
+those recorded as the candidate ``gpar_freeze_thaw_budget`` carry the default's),
+``gpar_freeze_thaw_screened`` (the default scoring every paused run afresh at each
+decision, ``paused_scoring="screen"``, a candidate), the
 harness's baselines (ASHA, one-epoch screening, random search, Optuna's TPE with its Hyperband pruner) and Syne Tune 0.13.0's BOHB, Hyper-Tune, MOBSTER and DyHPO
 through ``benchmarks.syne_tune.methods.run_syne_tune`` (its own virtualenv, see
 ``benchmarks/syne_tune/setup_venv.sh``). The budget is 50 full runs' worth of epochs

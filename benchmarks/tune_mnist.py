@@ -304,11 +304,12 @@ def protocol_text(blocks: list[dict[str, Any]]) -> str:
     """The markdown paragraph of ``protocol_blocks``."""
     if not blocks:
         return f"**The issue's protocol** ({PROTOCOL_SEEDS} seeds): fewer seeds than one block."
-    parts = [f"seeds {b['seeds'][0]}-{b['seeds'][-1]}: "
+    parts = [f"seeds {', '.join(map(str, b['seeds']))}: "
              + ", ".join(f"{w} against {o}" for o, w in b["wins"].items())
              + f" ({'met' if b['met'] else 'missed'})" for b in blocks]
     return (f"**The issue's protocol** ({PROTOCOL_SEEDS} seeds, freeze-thaw lower in at least "
-            f"{PROTOCOL_WINS} of them against each Ax arm), repeated on consecutive blocks of the seeds: "
+            f"{PROTOCOL_WINS} of them against each Ax arm; the epochs past a decision are the main "
+            "target's, above), repeated on consecutive blocks of the seeds: "
             + "; ".join(parts) + f". Met on {sum(b['met'] for b in blocks)} of {len(blocks)} blocks.")
 
 

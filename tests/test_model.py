@@ -19,9 +19,8 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 from tests.helpers import EPOCHS, fit, partial_curves, tolerance
 
 from gpar_bo import GPARMarginalLogLikelihood, GPARModel, KernelFamily
-from gpar_bo.kernels import DenseLinearKernel
 from gpar_bo.initialization import set_input_lengthscales
-from gpar_bo.kernels import input_kernels
+from gpar_bo.kernels import DenseLinearKernel, input_kernels
 from gpar_bo.synthetic import learning_curves, three_output_function
 
 NAN = float("nan")
@@ -231,6 +230,8 @@ def test_l_nl_x_is_nl_x_plus_a_linear_kernel_on_the_earlier_outputs() -> None:
     l_nl_x = GPARModel(X, Y, kernel="L-NL-X").conditionals[2].covar_module.kernels
     assert [type(k) for k in l_nl_x] == [type(nl_x[0]), DenseLinearKernel, type(nl_x[1])]
     assert l_nl_x[1].active_dims.tolist() == [2, 3]  # outputs 0 and 1, after x
+    joint = l_nl_x[2].base_kernel  # NL-X's EQ on x and the earlier outputs jointly
+    assert joint.active_dims is None and joint.ard_num_dims == 4
 
 
 def test_impute_fills_gaps_with_the_posterior_mean(dtype: torch.dtype) -> None:

@@ -151,7 +151,8 @@ class GPARFreezeThawPrevious(GPARFreezeThawNoHorizon):
 
 class GPARFreezeThawScreened(GPARFreezeThaw):
     """A candidate: the default (told the epochs left) scoring paused runs as it scores new
-    settings, ``paused_scoring="screen"``: every decision screens all paused runs with a
+    settings, ``paused_scoring="screen"``: every decision screens the paused runs (all of
+    them, or a random ``num_candidates`` when there are more) with a
     quarter of the paths and scores the best few with all of them, instead of rescoring
     stored indices lazily (a stored index goes stale as data arrive). Not the default."""
 

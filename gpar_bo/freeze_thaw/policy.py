@@ -14,7 +14,10 @@ Design choices and why:
   bounds as far as the incumbent goes; each decision rescores the runs never scored,
   the ``num_resumable`` best stored and the ``num_refresh`` least recently scored
   (so every stored value is refreshed in turn). The work per decision then does not
-  grow with the number of paused runs; only GPAR's training sets grow.
+  grow with the number of paused runs; only GPAR's training sets grow. (A stored
+  index can also rise as data arrive; ``paused_scoring="screen"`` screens the paused
+  runs afresh at every decision instead, as new settings are screened. On the
+  development tables it decided no better, so it is not the default.)
 * **Hyperparameters** are re-optimised when the observed values grew by
   ``refit_growth`` since the last fit, starting from the last fit's values (warm
   start), and reloaded otherwise, so the expensive step happens geometrically rarely.
@@ -57,9 +60,10 @@ __all__ = ["Decision", "FreezeThawPolicy"]
 
 logger = logging.getLogger(__name__)
 
-#: New settings are screened with ``num_samples // SCREEN_RATIO`` paths (and as many
-#: times fewer bins); the ``NUM_FINALISTS`` best are scored with all paths, so the
-#: index that is compared with the paused runs' has their precision.
+#: New settings (and, with ``paused_scoring="screen"``, paused runs) are screened with
+#: ``num_samples // SCREEN_RATIO`` paths (and as many times fewer bins); the
+#: ``NUM_FINALISTS`` best are scored with all paths, so the indices compared have the
+#: same precision.
 SCREEN_RATIO = 4
 NUM_FINALISTS = 8
 
