@@ -5,28 +5,32 @@ python -m benchmarks.curve_crossing                                # the funnel-
 python -m benchmarks.curve_crossing --table funnel_breast_cancer   # ... on breast cancer
 python -m benchmarks.curve_crossing --table mnist                  # the 2,000-setting MNIST table
 python -m benchmarks.curve_crossing --table funnel_classification  # the development funnel table
+python -m benchmarks.curve_crossing --table mnist_study            # the development MNIST study set
 ```
 
 Prints the number of settings, the Spearman correlation between the validation error after
 epoch 1 and after the last epoch, the fraction of pairs of settings whose curves cross
 (ordered strictly both at epoch 1 and at the end, but the other way round; pairs tied at
 either end are left out), the best and median final errors, and the fraction of settings
-that end no better than chance.
+that end no better than chance; and where the runs a search stops at epoch 1 end: the
+final-error quantiles of the settings in the worst 40 % at epoch 1, split at its 60 % and
+80 % quantiles (:func:`finals_by_first_error`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 
 import torch
 from scipy.stats import spearmanr
 from torch import Tensor
 
-from benchmarks.bo.problems import DEV_FUNNEL_CSV, FUNNEL_CSV, funnel_table, mnist_table
+from benchmarks.bo.problems import DEV_FUNNEL_CSV, FUNNEL_CSV, MNIST_STUDY_CSV, funnel_table, mnist_table
 from gpar_bo.problems.funnel_mlp import load_dataset
 
-__all__ = ["crossing_stats"]
+__all__ = ["crossing_stats", "finals_by_first_error"]
 
 #: Final errors at or above this count as "chance or worse" on ten balanced classes, where
 #: always guessing the majority class errs about 0.9: the margin takes in runs that barely learn.
@@ -76,17 +80,59 @@ def crossing_stats(error: Tensor, chance: float = CHANCE) -> dict[str, float]:
     }
 
 
+#: Quantile levels of the final error reported by :func:`finals_by_first_error`.
+FINAL_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
+
+
+def finals_by_first_error(error: Tensor, edges: tuple[float, ...] = (0.6, 0.8)) -> list[dict]:
+    """Where settings that start badly end: final-error quantiles by band of epoch-1 error.
+
+    The bands run from each quantile in ``edges`` of the epoch-1 error to the next (the
+    last to the worst setting), closed below, so the settings tied at an edge fall in the
+    band above it and a band may hold more than its nominal share.
+
+    Args:
+        error: ``n x E`` validation errors.
+        edges: Increasing quantile levels in (0, 1) of the epoch-1 error.
+
+    Returns:
+        One dict per band: its epoch-1 error range (``first_low``, ``first_high``), the
+        ``share`` of settings in it, and the final error's quantiles ``final_q05`` ...
+        ``final_q95`` (:data:`FINAL_QUANTILES`).
+    """
+    if not edges or any(not 0 < q < 1 for q in edges) or any(b <= a for a, b in zip(edges, edges[1:])):
+        raise ValueError(f"edges must increase within (0, 1); got {edges}.")
+    first, last = error[:, 0], error[:, -1]
+    cuts = [float(torch.quantile(first, q)) for q in edges]
+    levels = torch.tensor(FINAL_QUANTILES, dtype=last.dtype)
+    bands = []
+    for low, high in zip(cuts, [*cuts[1:], math.inf]):
+        members = (first >= low) & (first < high)
+        if not members.any():
+            continue
+        finals = torch.quantile(last[members], levels)
+        bands.append({
+            "first_low": float(first[members].min()), "first_high": float(first[members].max()),
+            "share": float(members.double().mean()),
+            **{f"final_q{round(100 * q):02d}": float(v) for q, v in zip(FINAL_QUANTILES, finals)},
+        })
+    return bands
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--table", choices=[*(f"funnel_{name}" for name in (*FUNNEL_CSV, *DEV_FUNNEL_CSV)),
-                                            "mnist"],
+                                            "mnist", "mnist_study"],
                         default="funnel_digits")
     args = parser.parse_args()
-    if args.table == "mnist":
-        print(json.dumps(crossing_stats(mnist_table().error), indent=1))
-        return
-    name = args.table.removeprefix("funnel_")
-    print(json.dumps(crossing_stats(funnel_table(name).error, chance=chance_error(name)), indent=1))
+    if args.table.startswith("mnist"):
+        error = mnist_table(**({"path": MNIST_STUDY_CSV} if args.table == "mnist_study" else {})).error
+        stats = crossing_stats(error)
+    else:
+        name = args.table.removeprefix("funnel_")
+        error = funnel_table(name).error
+        stats = crossing_stats(error, chance=chance_error(name))
+    print(json.dumps({**stats, "finals_by_first_error": finals_by_first_error(error)}, indent=1))
 
 
 def chance_error(dataset: str) -> float:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from benchmarks.bo.problems import FUNNEL_CHECKPOINTS, FUNNEL_CSV, funnel_table
-from benchmarks.curve_crossing import CHANCE, chance_error, crossing_stats, majority_error
+from benchmarks.curve_crossing import CHANCE, chance_error, crossing_stats, finals_by_first_error, majority_error
 from gpar_bo.problems.funnel_mlp import generate_curves, load_dataset, sample_settings, to_unit_cube
 
 
@@ -53,6 +53,24 @@ def test_majority_error_is_the_minority_share_of_a_binary_validation_set() -> No
     # chance is the majority-class error on a binary task, the margin below it on digits
     assert chance_error("breast_cancer") == majority_error("breast_cancer")
     assert chance_error("digits") == CHANCE
+
+
+def test_finals_by_first_error() -> None:
+    # Ten settings with epoch-1 errors 0..0.9 and finals 1..10: the 60 % quantile of the
+    # epoch-1 error is 0.54 and the 80 % one 0.72, so the bands hold settings 6-7 and 8-9.
+    first = torch.arange(10, dtype=torch.float64) / 10
+    error = torch.stack([first, torch.arange(1, 11, dtype=torch.float64)], dim=-1)
+    middle, worst = finals_by_first_error(error)
+    assert (middle["first_low"], middle["first_high"], middle["share"]) == (0.6, 0.7, 0.2)
+    assert (worst["first_low"], worst["first_high"], worst["share"]) == (0.8, 0.9, 0.2)
+    assert middle["final_q50"] == pytest.approx(7.5) and worst["final_q05"] == pytest.approx(9.05)
+    # settings tied at an edge go to the band above it, which then holds more than its share
+    tied = error.clone()
+    tied[5:, 0] = 0.5
+    (band,) = finals_by_first_error(tied)
+    assert band["share"] == 0.5 and band["final_q50"] == pytest.approx(8)
+    with pytest.raises(ValueError, match="edges must increase"):
+        finals_by_first_error(error, edges=(0.8, 0.6))
 
 
 def test_crossing_stats() -> None:
