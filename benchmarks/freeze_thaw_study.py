@@ -32,7 +32,9 @@ to predict over Laplace draws of its hyperparameters: point estimates),
 told the budget; the runs recorded before as ``gpar_freeze_thaw`` carry this name, and
 those recorded as the candidate ``gpar_freeze_thaw_budget`` carry the default's),
 ``gpar_freeze_thaw_screened`` (the default scoring every paused run afresh at each
-decision, ``paused_scoring="screen"``, a candidate), the
+decision, ``paused_scoring="screen"``, a candidate), ``gpar_freeze_thaw_output_refits``
+(the default refitting each conditional when its own rows grew, ``refit_trigger="output"``,
+a candidate), the
 harness's baselines (ASHA, one-epoch screening, random search, Optuna's TPE with its Hyperband pruner) and Syne Tune 0.13.0's BOHB, Hyper-Tune, MOBSTER and DyHPO
 through ``benchmarks.syne_tune.methods.run_syne_tune`` (its own virtualenv, see
 ``benchmarks/syne_tune/setup_venv.sh``). The budget is 50 full runs' worth of epochs
@@ -77,7 +79,8 @@ from benchmarks.bo.analysis import (
 from benchmarks.bo.baselines import BASELINES, optuna_available
 from benchmarks.bo.freeze_thaw import (
     GPARFreezeThaw, GPARFreezeThawFullRefits, GPARFreezeThawMeasured, GPARFreezeThawMeasuredStaged,
-    GPARFreezeThawNoHorizon, GPARFreezeThawPoint, GPARFreezeThawPrevious, GPARFreezeThawScreened,
+    GPARFreezeThawNoHorizon, GPARFreezeThawOutputRefits, GPARFreezeThawPoint, GPARFreezeThawPrevious,
+    GPARFreezeThawScreened,
 )
 from benchmarks.bo.harness import TabularProblem, simulate
 from benchmarks.bo.problems import FUNNEL_CSV, MNIST_STUDY_CSV, funnel_table, mnist_table, synthetic_problem
@@ -90,13 +93,14 @@ HARNESS_METHODS: dict[str, Callable] = {
     GPARFreezeThawFullRefits.name: GPARFreezeThawFullRefits,
     GPARFreezeThawPoint.name: GPARFreezeThawPoint, GPARFreezeThawPrevious.name: GPARFreezeThawPrevious,
     GPARFreezeThawNoHorizon.name: GPARFreezeThawNoHorizon,
-    GPARFreezeThawScreened.name: GPARFreezeThawScreened, **BASELINES
+    GPARFreezeThawScreened.name: GPARFreezeThawScreened,
+    GPARFreezeThawOutputRefits.name: GPARFreezeThawOutputRefits, **BASELINES
 }
 #: Variants of the policy (candidates, and the earlier default): run only when named in
 #: ``--methods``.
 CANDIDATES = (GPARFreezeThawMeasured.name, GPARFreezeThawMeasuredStaged.name,
               GPARFreezeThawFullRefits.name, GPARFreezeThawPoint.name, GPARFreezeThawPrevious.name,
-              GPARFreezeThawNoHorizon.name, GPARFreezeThawScreened.name)
+              GPARFreezeThawNoHorizon.name, GPARFreezeThawScreened.name, GPARFreezeThawOutputRefits.name)
 #: Syne Tune's schedulers by the names used here (its class names as values).
 SYNE_TUNE_METHODS = {
     "syne_bohb": "BOHB",

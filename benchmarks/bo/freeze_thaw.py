@@ -18,7 +18,8 @@ from gpar_bo.freeze_thaw import FreezeThawPolicy
 
 __all__ = [
     "GPARFreezeThaw", "GPARFreezeThawFullRefits", "GPARFreezeThawMeasured", "GPARFreezeThawMeasuredStaged",
-    "GPARFreezeThawNoHorizon", "GPARFreezeThawPoint", "GPARFreezeThawPrevious", "GPARFreezeThawScreened",
+    "GPARFreezeThawNoHorizon", "GPARFreezeThawOutputRefits", "GPARFreezeThawPoint", "GPARFreezeThawPrevious",
+    "GPARFreezeThawScreened",
 ]
 
 
@@ -160,3 +161,16 @@ class GPARFreezeThawScreened(GPARFreezeThaw):
 
     def __init__(self, **policy_options) -> None:
         super().__init__(**{"paused_scoring": "screen", **policy_options})
+
+
+class GPARFreezeThawOutputRefits(GPARFreezeThaw):
+    """A candidate: the default (told the epochs left) refitting each conditional when its
+    own training rows grew by ``refit_growth``, ``refit_trigger="output"``, instead of all
+    of them when the total grew: the late conditionals, fitted on the few runs that reached
+    them, are otherwise decided on with fits from far fewer runs (``benchmarks.fit_staleness``).
+    Not the default."""
+
+    name = "gpar_freeze_thaw_output_refits"
+
+    def __init__(self, **policy_options) -> None:
+        super().__init__(**{"refit_trigger": "output", **policy_options})

@@ -116,6 +116,15 @@ class FreezeThawPolicy:
             a decision then costs at most one conditional's fit instead of all
             ``M``. A stage whose fit fails keeps its conditional's last fit until
             the next refit.
+        refit_trigger: What ``refit_growth`` counts: "total" (default) the observed
+            values of all outputs, refitting every conditional (staged as above);
+            "output" (a candidate) each conditional's own training rows, refitting
+            only the conditionals whose rows grew by more than ``refit_growth`` since
+            their last fit (with ``staged_refits``, one per decision, the most grown
+            first). The conditionals are fitted separately, and the late ones, which
+            the final predictions rest on, gain rows in relative terms far faster than
+            the total, so under "total" they are decided on with fits from much less
+            data (``benchmarks.fit_staleness``); their fits are the cheap ones.
         paused_scoring: How paused runs are scored at each decision: "lazy" (default)
             rescores the ``num_resumable`` best stored indices, the ``num_refresh``
             least recently scored and the never scored; "screen" (a candidate) screens
@@ -146,6 +155,7 @@ class FreezeThawPolicy:
         eta: float = 3.0,
         refit_growth: float = 0.2,
         staged_refits: bool = True,
+        refit_trigger: Literal["total", "output"] = "total",
         paused_scoring: Literal["lazy", "screen"] = "lazy",
         gpar_options: Mapping[str, Any] | None = None,
         fit_kwargs: Mapping[str, Any] | None = None,
@@ -173,6 +183,8 @@ class FreezeThawPolicy:
             raise ValueError(f"eta must be > 1; got {eta}.")
         if paused_scoring not in ("lazy", "screen"):
             raise ValueError(f"paused_scoring must be 'lazy' or 'screen'; got {paused_scoring!r}.")
+        if refit_trigger not in ("total", "output"):
+            raise ValueError(f"refit_trigger must be 'total' or 'output'; got {refit_trigger!r}.")
         if refit_growth < 0:
             raise ValueError(f"refit_growth must be >= 0; got {refit_growth}.")
         self.epochs = torch.tensor(epochs, dtype=torch.double)
@@ -185,6 +197,7 @@ class FreezeThawPolicy:
         self.eta = eta
         self.refit_growth = refit_growth
         self.staged_refits = staged_refits
+        self.refit_trigger = refit_trigger
         self.paused_scoring = paused_scoring
         options = resolve_gpar_options(gpar_options)
         if options.get("outcome_transform") is None:
@@ -201,6 +214,7 @@ class FreezeThawPolicy:
         self.decisions = 0
         self._fitted: tuple[int, dict[str, Tensor]] | None = None  # (values, hyperparameters)
         self._stage: int | None = None  # the output a staged refit fits next
+        self._fitted_rows: Tensor | None = None  # each conditional's rows at its last fit
         # Paused runs' stored indices: (setting, checkpoints observed) -> (index, decision).
         self._stored: dict[tuple, tuple[float, int]] = {}
 
@@ -557,10 +571,11 @@ class FreezeThawPolicy:
         """
         model = self._new_model(X, Y)
         values = int((~Y.isnan()).sum())
+        rows = (~Y.isnan()).sum(0)  # each conditional's training rows
         if self._fitted is None:
             self._fit(model)  # a failure leaves nothing to fall back on: decide's fallback
             if keep:
-                self._fitted = (values, model.hyperparameters())
+                self._fitted, self._fitted_rows = (values, model.hyperparameters()), rows
             return model.eval(), ""
         changed = mismatched_hyperparameters(model, self._fitted[1])
         if changed:
@@ -568,6 +583,8 @@ class FreezeThawPolicy:
         model.load_state_dict(self._fitted[1], strict=False)  # reloaded, or a warm start
         if not keep:
             return model.eval(), ""
+        if self.refit_trigger == "output":
+            return self._refit_grown_outputs(model, rows)
         if self._stage is None:
             if values <= (1 + self.refit_growth) * self._fitted[0]:
                 return model.eval(), ""
@@ -587,6 +604,27 @@ class FreezeThawPolicy:
                 self._fitted = (values, self._fitted[1])
         if self._stage is not None:
             self._stage = self._stage + 1 if self._stage + 1 < len(self.epochs) else None
+        return model.eval(), note
+
+    def _refit_grown_outputs(self, model: GPARModel, rows: Tensor) -> tuple[GPARModel, str]:
+        """Refit (warm-started) the conditionals whose training rows grew by more than
+        ``refit_growth`` since their last fit; with ``staged_refits`` only the most grown.
+        A failed fit keeps the last one until its rows grow again."""
+        growth = rows / self._fitted_rows.clamp_min(1)
+        grown = (growth > 1 + self.refit_growth).nonzero().squeeze(-1)
+        if not len(grown):
+            return model.eval(), ""
+        outputs = [int(grown[growth[grown].argmax()])] if self.staged_refits else grown.tolist()
+        note = ""
+        try:
+            self._fit(model, outputs)
+            self._fitted = (self._fitted[0], model.hyperparameters())
+        except Exception as error:
+            logger.warning("GPAR refit of outputs %s failed (%s); keeping the last fit.", outputs, error)
+            note = f" (refit failed: {error}; last fit kept)"
+            model.load_state_dict(self._fitted[1], strict=False)
+        self._fitted_rows = self._fitted_rows.clone()
+        self._fitted_rows[outputs] = rows[outputs]
         return model.eval(), note
 
     def _refit_changed(

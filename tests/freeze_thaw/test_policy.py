@@ -189,6 +189,41 @@ def test_refits_are_staged_one_conditional_per_decision_unless_turned_off(
     assert fitted[-2:] == [[0, 1, 2], []]  # a failed refit waits for the data to grow again
 
 
+def test_output_trigger_refits_the_conditionals_whose_rows_grew(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fitted: list[list[int]] = []  # the conditionals fitted, per decision
+    real = GPARModel.custom_fit
+
+    def recorded(model, mll=None, outputs=None, **kwargs):
+        fitted[-1].extend(range(model.num_outputs) if outputs is None else outputs)
+        return real(model, mll, outputs=outputs, **kwargs)
+
+    monkeypatch.setattr(GPARModel, "custom_fit", recorded)
+    X, Y = state()  # rows per output: 12, 8, 8
+    grown = Y.clone()
+    grown[8, 1] = curves(X[8, 0].reshape(1))[0, 1]  # paused run 8 reaches the second checkpoint
+    paused = ~Y[:, -1].isfinite()
+    candidates = torch.rand(5, 1, dtype=torch.double)
+    options = {"refit_growth": 0.05, "refit_trigger": "output", **FAST,
+               "fit_kwargs": {"optimizer_kwargs": {"options": {"maxiter": 10}}}}
+    steps = [(10, Y), (11, grown), (11, grown), (11, grown)]
+    policy = FreezeThawPolicy(EPOCHS, **options)
+    for n, values in steps:
+        fitted.append([])
+        policy.decide(X[:n], values[:n], paused[:n], candidates)
+    # Rows 10, 8, 8 at the first fit; then 11, 9, 8: output 1 grew most (9 / 8), then output 0.
+    assert fitted == [[0, 1, 2], [1], [0], []]
+    fitted.clear()
+    full = FreezeThawPolicy(EPOCHS, staged_refits=False, **options)
+    for n, values in steps[:3]:
+        fitted.append([])
+        full.decide(X[:n], values[:n], paused[:n], candidates)
+    assert fitted == [[0, 1, 2], [0, 1], []]
+    with pytest.raises(ValueError, match="refit_trigger must be"):
+        FreezeThawPolicy(EPOCHS, refit_trigger="values")
+
+
 def test_policy_refits_a_conditional_that_turns_sparse_at_once(
     monkeypatch: pytest.MonkeyPatch, caplog
 ) -> None:
