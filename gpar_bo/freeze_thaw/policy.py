@@ -124,7 +124,8 @@ class FreezeThawPolicy:
             first). The conditionals are fitted separately, and the late ones, which
             the final predictions rest on, gain rows in relative terms far faster than
             the total, so under "total" they are decided on with fits from much less
-            data (``benchmarks.fit_staleness``); their fits are the cheap ones.
+            data (``benchmarks.fit_staleness``). On the development tables it decided
+            no better at 4-5 times the CPU per decision, so it is not the default.
         paused_scoring: How paused runs are scored at each decision: "lazy" (default)
             rescores the ``num_resumable`` best stored indices, the ``num_refresh``
             least recently scored and the never scored; "screen" (a candidate) screens
