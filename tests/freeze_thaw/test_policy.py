@@ -492,10 +492,13 @@ def test_only_the_default_and_candidates_on_it_are_told_the_budget() -> None:
     variants = [getattr(adapters, name) for name in adapters.__all__]
     assert GPARFreezeThaw in variants and len(variants) > 2
     told = [v for v in variants if v.budget_aware]
-    assert told == [GPARFreezeThaw, adapters.GPARFreezeThawScreened]
+    assert told == [GPARFreezeThaw, adapters.GPARFreezeThawOutputRefits, adapters.GPARFreezeThawScreened]
     method = adapters.GPARFreezeThawScreened()
     method.reset(synthetic_problem(n=10, seed=0), seed=0)
     assert method.policy.paused_scoring == "screen" and GPARFreezeThaw().policy_options == {}
+    method = adapters.GPARFreezeThawOutputRefits()
+    method.reset(synthetic_problem(n=10, seed=0), seed=0)
+    assert method.policy.refit_trigger == "output" and method.policy.paused_scoring == "lazy"
 
 
 def test_the_benchmark_driver_registers_the_policy_with_its_defaults() -> None:
