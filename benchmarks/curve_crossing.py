@@ -100,6 +100,9 @@ def finals_by_first_error(error: Tensor, edges: tuple[float, ...] = (0.6, 0.8)) 
         ``share`` of settings in it, and the final error's quantiles ``final_q05`` ...
         ``final_q95`` (:data:`FINAL_QUANTILES`).
     """
+    if error.dim() != 2 or error.shape[0] < 1 or not torch.isfinite(error).all():
+        raise ValueError(f"error must be a finite n x E tensor; got shape {tuple(error.shape)}"
+                         f"{'' if torch.isfinite(error).all() else ' with non-finite values'}.")
     if not edges or any(not 0 < q < 1 for q in edges) or any(b <= a for a, b in zip(edges, edges[1:])):
         raise ValueError(f"edges must increase within (0, 1); got {edges}.")
     first, last = error[:, 0], error[:, -1]

@@ -71,6 +71,10 @@ def test_finals_by_first_error() -> None:
     assert band["share"] == 0.5 and band["final_q50"] == pytest.approx(8)
     with pytest.raises(ValueError, match="edges must increase"):
         finals_by_first_error(error, edges=(0.8, 0.6))
+    with pytest.raises(ValueError, match="non-finite"):
+        finals_by_first_error(torch.tensor([[0.5, float("nan")]], dtype=torch.float64))
+    with pytest.raises(ValueError, match="n x E"):
+        finals_by_first_error(error[:, 0])
 
 
 def test_crossing_stats() -> None:

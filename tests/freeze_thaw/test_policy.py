@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import math
 
 import pytest
@@ -139,10 +141,10 @@ def test_policy_reuses_the_last_fit_when_a_refit_fails(
     assert decision.reason.startswith("gpar (refit failed: no convergence")
 
 
-def test_refits_are_staged_one_conditional_per_decision_unless_turned_off(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    fitted: list[list[int]] = []  # the conditionals fitted, per decision
+def record_fits(monkeypatch: pytest.MonkeyPatch) -> tuple[list[list[int]], Callable]:
+    """Record the conditionals each fit fits into the last list of ``fitted`` (append one per
+    decision); returns ``fitted`` and the recording ``custom_fit``, to patch back in."""
+    fitted: list[list[int]] = []
     real = GPARModel.custom_fit
 
     def recorded(model, mll=None, outputs=None, **kwargs):
@@ -150,6 +152,13 @@ def test_refits_are_staged_one_conditional_per_decision_unless_turned_off(
         return real(model, mll, outputs=outputs, **kwargs)
 
     monkeypatch.setattr(GPARModel, "custom_fit", recorded)
+    return fitted, recorded
+
+
+def test_refits_are_staged_one_conditional_per_decision_unless_turned_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fitted, recorded = record_fits(monkeypatch)
     X, Y = state()
     paused = ~Y[:, -1].isfinite()
     candidates = torch.rand(5, 1, dtype=torch.double)
@@ -192,14 +201,7 @@ def test_refits_are_staged_one_conditional_per_decision_unless_turned_off(
 def test_output_trigger_refits_the_conditionals_whose_rows_grew(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    fitted: list[list[int]] = []  # the conditionals fitted, per decision
-    real = GPARModel.custom_fit
-
-    def recorded(model, mll=None, outputs=None, **kwargs):
-        fitted[-1].extend(range(model.num_outputs) if outputs is None else outputs)
-        return real(model, mll, outputs=outputs, **kwargs)
-
-    monkeypatch.setattr(GPARModel, "custom_fit", recorded)
+    fitted, recorded = record_fits(monkeypatch)
     X, Y = state()  # rows per output: 12, 8, 8
     grown = Y.clone()
     grown[8, 1] = curves(X[8, 0].reshape(1))[0, 1]  # paused run 8 reaches the second checkpoint
