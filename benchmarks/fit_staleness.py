@@ -3,6 +3,7 @@
 ```bash
 python -m benchmarks.fit_staleness --table dev_classification --seed 0
 python -m benchmarks.fit_staleness --table dev_classification --seed 0 --measured
+python -m benchmarks.fit_staleness --table dev_classification --seed 0 --measured --start-from-initial
 ```
 
 Runs the shipped freeze-thaw policy (``benchmarks.bo.freeze_thaw.GPARFreezeThaw``; with
@@ -12,7 +13,10 @@ per conditional, the log evidence of the data the policy decides on (``GPARModel
 conditional_log_evidences``) and the observation noise (in log-error-increment units) under
 three sets of hyperparameters: those the policy decides with (its last fit, reloaded
 between refits), a refit warm-started from them (what the policy's next refit does), and a
-fit from the model's initial values (cold). Prints one JSON object.
+fit from the model's initial values (cold). With ``--start-from-initial`` the policy's fits
+(and so the warm-started refit) also start from the initial values and keep the better fit
+(``FreezeThawPolicy(fit_kwargs={"start_from_initial": True})``, a candidate). Prints one
+JSON object.
 """
 
 from __future__ import annotations
@@ -46,7 +50,10 @@ def _summary(model: GPARModel) -> dict[str, list[float]]:
             "noise": [float(f"{v:.4g}") for v in noises]}
 
 
-def fit_staleness(table: str, seed: int = 0, finished: int = 15, measured: bool = False) -> dict:
+def fit_staleness(
+    table: str, seed: int = 0, finished: int = 15, measured: bool = False,
+    start_from_initial: bool = False,
+) -> dict:
     """The comparison at the first decision with at least ``finished`` complete runs.
 
     Raises:
@@ -60,6 +67,8 @@ def fit_staleness(table: str, seed: int = 0, finished: int = 15, measured: bool 
         if problem.measurement_noise is None:
             raise ValueError(f"table {table!r} records no measurement noise; --measured needs it.")
         options["gpar_options"] = curve_model_options(measurement_noise=problem.measurement_noise)
+    if start_from_initial:
+        options["fit_kwargs"] = {"start_from_initial": True}
     method = GPARFreezeThaw(**options)
     result: dict = {}
     reset = method.reset
@@ -93,7 +102,8 @@ def fit_staleness(table: str, seed: int = 0, finished: int = 15, measured: bool 
         pass
     if not result:
         raise ValueError(f"fewer than {finished} runs finished within the budget on {table!r}.")
-    return {"table": canonical_table(table), "seed": seed, "measured": measured, **result}
+    return {"table": canonical_table(table), "seed": seed, "measured": measured,
+            "start_from_initial": start_from_initial, **result}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -102,9 +112,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--finished", type=int, default=15)
     parser.add_argument("--measured", action="store_true")
+    parser.add_argument("--start-from-initial", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    print(json.dumps(fit_staleness(args.table, args.seed, args.finished, args.measured)))
+    print(json.dumps(fit_staleness(args.table, args.seed, args.finished, args.measured,
+                                   args.start_from_initial)))
 
 
 if __name__ == "__main__":

@@ -34,7 +34,10 @@ those recorded as the candidate ``gpar_freeze_thaw_budget`` carry the default's)
 ``gpar_freeze_thaw_screened`` (the default scoring every paused run afresh at each
 decision, ``paused_scoring="screen"``, a candidate), ``gpar_freeze_thaw_output_refits``
 (the default refitting each conditional when its own rows grew, ``refit_trigger="output"``,
-a candidate), the
+a candidate), ``gpar_freeze_thaw_initial_starts`` (the default whose warm-started refits
+also start from the model's initial values, ``fit_kwargs={"start_from_initial": True}``,
+a candidate) and ``gpar_freeze_thaw_measured_initial_starts`` (that told the table's
+measurement noise, a candidate), the
 harness's baselines (ASHA, one-epoch screening, random search, Optuna's TPE with its Hyperband pruner) and Syne Tune 0.13.0's BOHB, Hyper-Tune, MOBSTER and DyHPO
 through ``benchmarks.syne_tune.methods.run_syne_tune`` (its own virtualenv, see
 ``benchmarks/syne_tune/setup_venv.sh``). The budget is 50 full runs' worth of epochs
@@ -78,9 +81,9 @@ from benchmarks.bo.analysis import (
 )
 from benchmarks.bo.baselines import BASELINES, optuna_available
 from benchmarks.bo.freeze_thaw import (
-    GPARFreezeThaw, GPARFreezeThawFullRefits, GPARFreezeThawMeasured, GPARFreezeThawMeasuredStaged,
-    GPARFreezeThawNoHorizon, GPARFreezeThawOutputRefits, GPARFreezeThawPoint, GPARFreezeThawPrevious,
-    GPARFreezeThawScreened,
+    GPARFreezeThaw, GPARFreezeThawFullRefits, GPARFreezeThawInitialStarts, GPARFreezeThawMeasured,
+    GPARFreezeThawMeasuredInitialStarts, GPARFreezeThawMeasuredStaged, GPARFreezeThawNoHorizon,
+    GPARFreezeThawOutputRefits, GPARFreezeThawPoint, GPARFreezeThawPrevious, GPARFreezeThawScreened,
 )
 from benchmarks.bo.harness import TabularProblem, simulate
 from benchmarks.bo.problems import FUNNEL_CSV, MNIST_STUDY_CSV, funnel_table, mnist_table, synthetic_problem
@@ -94,13 +97,16 @@ HARNESS_METHODS: dict[str, Callable] = {
     GPARFreezeThawPoint.name: GPARFreezeThawPoint, GPARFreezeThawPrevious.name: GPARFreezeThawPrevious,
     GPARFreezeThawNoHorizon.name: GPARFreezeThawNoHorizon,
     GPARFreezeThawScreened.name: GPARFreezeThawScreened,
-    GPARFreezeThawOutputRefits.name: GPARFreezeThawOutputRefits, **BASELINES
+    GPARFreezeThawOutputRefits.name: GPARFreezeThawOutputRefits,
+    GPARFreezeThawInitialStarts.name: GPARFreezeThawInitialStarts,
+    GPARFreezeThawMeasuredInitialStarts.name: GPARFreezeThawMeasuredInitialStarts, **BASELINES
 }
 #: Variants of the policy (candidates, and the earlier default): run only when named in
 #: ``--methods``.
 CANDIDATES = (GPARFreezeThawMeasured.name, GPARFreezeThawMeasuredStaged.name,
               GPARFreezeThawFullRefits.name, GPARFreezeThawPoint.name, GPARFreezeThawPrevious.name,
-              GPARFreezeThawNoHorizon.name, GPARFreezeThawScreened.name, GPARFreezeThawOutputRefits.name)
+              GPARFreezeThawNoHorizon.name, GPARFreezeThawScreened.name, GPARFreezeThawOutputRefits.name,
+              GPARFreezeThawInitialStarts.name, GPARFreezeThawMeasuredInitialStarts.name)
 #: Syne Tune's schedulers by the names used here (its class names as values).
 SYNE_TUNE_METHODS = {
     "syne_bohb": "BOHB",

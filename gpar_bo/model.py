@@ -250,6 +250,8 @@ class GPARModel(Model):
         for m in range(self.num_outputs):
             self.conditionals.append(self._chain.new_conditional(m, self.conditionals))
             self._chain.feed(m, self.conditionals[m])
+        # Each conditional's starting values, a further start for warm-started fits.
+        self._initial_values = [_parameter_values(gp) for gp in self.conditionals]
         self.num_hyperparameter_draws = hyperparameter_draws
         # Per later conditional (index m - 1), its draws (NaN until it is fitted).
         self.hyperparameter_draws = ModuleList(
@@ -297,7 +299,11 @@ class GPARModel(Model):
 
     # ---------------------------------------------------------------- fitting
     def custom_fit(
-        self, mll: Any = None, outputs: Sequence[int] | None = None, **kwargs: Any
+        self,
+        mll: Any = None,
+        outputs: Sequence[int] | None = None,
+        start_from_initial: bool = False,
+        **kwargs: Any,
     ) -> Any:
         """Fit the conditionals in order, each to its own marginal likelihood.
 
@@ -311,7 +317,13 @@ class GPARModel(Model):
         Conditionals with at most ``MULTI_START_MAX_ROWS`` training rows are
         fitted from their current starting values and from each of
         ``SHORT_INPUT_LENGTHSCALES`` on x, and keep the fit with the highest
-        objective (see ``_fit_conditional``).
+        objective (see ``_fit_conditional``). With ``start_from_initial``, those
+        whose current values are not the model's values at construction (a warm
+        start, e.g. ``load_state_dict`` of an earlier fit) are also fitted from the
+        latter: a fit warm-started from an optimum of fewer rows can stay there
+        when a fit from the initial values finds a far better one
+        (``benchmarks.fit_staleness``, docs/freeze_thaw_writeup.md). A candidate
+        (``FreezeThawPolicy(fit_kwargs={"start_from_initial": True})``), not the default.
 
         ``outputs`` (indices into the model's outputs) fits only those
         conditionals; the others keep their hyperparameters (later ones still get
@@ -347,7 +359,8 @@ class GPARModel(Model):
                 # Each evaluation builds small kernel matrices, for which lazy
                 # kernel tensors are overhead rather than savings.
                 with lazily_evaluate_kernels(False):
-                    _fit_conditional(gp, self.train_X.shape[-1], **kwargs)
+                    initial = self._initial_values[m] if start_from_initial else None
+                    _fit_conditional(gp, self.train_X.shape[-1], initial_values=initial, **kwargs)
             except Exception as error:
                 raise RuntimeError(
                     f"Fitting the conditional of output {self.output_names[m]!r} "
@@ -636,16 +649,24 @@ class _Keys(NamedTuple):
     unexpected_keys: list[str]
 
 
-def _fit_conditional(gp: SingleTaskGP, x_dims: int, **kwargs: Any) -> None:
+def _fit_conditional(
+    gp: SingleTaskGP, x_dims: int, initial_values: dict[str, Tensor] | None = None, **kwargs: Any
+) -> None:
     """Fit one conditional, from several starting points if it is small.
 
     The starts are the conditional's current hyperparameters (BoTorch's
-    defaults, or values the user set) and the same with every length scale
-    over x alone set to each of ``SHORT_INPUT_LENGTHSCALES``. The fit with
-    the highest objective that L-BFGS-B maximised (the log evidence, plus
-    the log hyperpriors under BoTorch's conventions) is kept; ties keep the
-    earlier start. An extra start whose fit fails is skipped. Deterministic
-    given the data (as far as the fit is).
+    defaults, values the user set, or an earlier fit's: a warm start), the
+    same with every length scale over x alone set to each of
+    ``SHORT_INPUT_LENGTHSCALES``, and, if the current values are not
+    ``initial_values`` (raw parameter values by name, as ``_parameter_values``
+    gives; the model's values at construction), those. The fit with the
+    highest objective that L-BFGS-B maximised (the log evidence, plus the log
+    hyperpriors under BoTorch's conventions) is kept; ties keep the earlier
+    start. An extra start whose fit fails is skipped. Deterministic given the
+    data (as far as the fit is).
+
+    The initial values are a start because a warm start can be a trap (see
+    ``GPARModel.custom_fit``'s ``start_from_initial``).
     """
     kernels = input_kernels(gp.covar_module, x_dims)
     small = len(gp.train_targets) <= MULTI_START_MAX_ROWS
@@ -656,28 +677,56 @@ def _fit_conditional(gp: SingleTaskGP, x_dims: int, **kwargs: Any) -> None:
         )
 
     shorts = SHORT_INPUT_LENGTHSCALES if small else ()
-    starts: list[float | None] = [None, *(v for v in shorts if not is_current(v))]
+    starts: list[float | dict[str, Tensor] | None] = [
+        None, *(v for v in shorts if not is_current(v))
+    ]
+    if small and initial_values is not None and _differs(_parameter_values(gp), initial_values):
+        starts.append(initial_values)
     if len(starts) == 1:
         fit_gpytorch_mll(ExactMarginalLogLikelihood(gp.likelihood, gp), **kwargs)
         return
-    initial = deepcopy(gp.state_dict())
+    current = deepcopy(gp.state_dict())
     best: tuple[float, dict[str, Tensor]] | None = None
-    for lengthscale in starts:
-        gp.load_state_dict(initial)
-        if lengthscale is not None:
+    for start in starts:
+        gp.load_state_dict(current)
+        if isinstance(start, dict):
+            _set_parameter_values(gp, start)
+        elif start is not None:
             for kernel in kernels:
-                kernel.lengthscale = torch.full_like(kernel.lengthscale, lengthscale)
+                kernel.lengthscale = torch.full_like(kernel.lengthscale, start)
         mll = ExactMarginalLogLikelihood(gp.likelihood, gp)
         try:
             fit_gpytorch_mll(mll, **kwargs)
         except ModelFittingError:
-            if lengthscale is None:
+            if start is None:
                 raise
             continue  # an extra start that fails is only a start fewer
         value = _objective(mll)
         if best is None or value > best[0]:
             best = value, deepcopy(gp.state_dict())
     gp.load_state_dict(best[1])
+
+
+def _parameter_values(gp: Module) -> dict[str, Tensor]:
+    """``gp``'s raw parameter values by name (no priors, transforms or constraints)."""
+    return {name: p.detach().clone() for name, p in gp.named_parameters()}
+
+
+def _differs(values: dict[str, Tensor], other: dict[str, Tensor]) -> bool:
+    """Whether ``values`` differ from ``other`` where both have a parameter of one shape."""
+    return any(
+        name in other and other[name].shape == v.shape and not torch.equal(other[name], v)
+        for name, v in values.items()
+    )
+
+
+def _set_parameter_values(gp: Module, values: dict[str, Tensor]) -> None:
+    """Set ``gp``'s parameters to ``values`` where the names and shapes match (a
+    conditional rebuilt in another form keeps its other parameters)."""
+    with torch.no_grad():
+        for name, p in gp.named_parameters():
+            if name in values and values[name].shape == p.shape:
+                p.copy_(values[name])
 
 
 def _objective(mll: ExactMarginalLogLikelihood) -> float:

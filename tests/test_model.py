@@ -160,6 +160,55 @@ def test_small_conditionals_keep_the_best_of_several_starts(
     assert len(starts) == 1
 
 
+def test_warm_started_fits_also_start_from_the_initial_values_when_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import gpar_bo.model as model_module
+    from botorch.fit import fit_gpytorch_mll
+
+    starts: dict[int, list[tuple[dict, float]]] = {}  # per conditional: start, objective
+
+    def spy(mll, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        start = model_module._parameter_values(mll.model)
+        result = fit_gpytorch_mll(mll, **kwargs)
+        starts.setdefault(id(mll.model), []).append((start, model_module._objective(mll)))
+        return result
+
+    X, Y = partial_curves(n=30)
+    source = fit(GPARModel(X[:12], Y[:12]))  # a fit on fewer rows: the warm start
+
+    def refit(warm: bool, **kwargs) -> tuple[GPARModel, list[dict]]:  # noqa: ANN003
+        model = GPARModel(X, Y)
+        initial = [model_module._parameter_values(gp) for gp in model.conditionals]
+        if warm:
+            model.load_state_dict(source.state_dict(), keep_transforms=False)
+        starts.clear()
+        monkeypatch.setattr(model_module, "fit_gpytorch_mll", spy)
+        fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model), **kwargs)
+        monkeypatch.undo()
+        return model, initial
+
+    def is_start(values: dict, start: dict) -> bool:
+        return all(torch.equal(values[k], v) for k, v in start.items())
+
+    model, initial = refit(warm=True, start_from_initial=True)
+    for gp, values in zip(model.conditionals, initial):
+        seen = starts[id(gp)]
+        assert len(seen) == 2 + len(model_module.SHORT_INPUT_LENGTHSCALES)
+        assert not is_start(values, seen[0][0]) and is_start(values, seen[-1][0])
+        # The kept fit is the best start's.
+        kept = model_module._objective(ExactMarginalLogLikelihood(gp.likelihood, gp))
+        assert kept == pytest.approx(max(v for _, v in seen))
+    # Not asked: the warm start and the short length scales only.
+    model, initial = refit(warm=True)
+    for gp, values in zip(model.conditionals, initial):
+        assert not any(is_start(values, start) for start, _ in starts[id(gp)])
+    # A cold fit is not repeated from the same values.
+    model, _ = refit(warm=False, start_from_initial=True)
+    assert [len(starts[id(gp)]) for gp in model.conditionals] == [
+        1 + len(model_module.SHORT_INPUT_LENGTHSCALES)] * Y.shape[-1]
+
+
 def test_conditionals_train_on_the_rows_that_reached_them(dtype: torch.dtype) -> None:
     X, Y = partial_curves(dtype=dtype)
     model = GPARModel(X, Y, output_names=EPOCHS)

@@ -494,13 +494,21 @@ def test_only_the_default_and_candidates_on_it_are_told_the_budget() -> None:
     variants = [getattr(adapters, name) for name in adapters.__all__]
     assert GPARFreezeThaw in variants and len(variants) > 2
     told = [v for v in variants if v.budget_aware]
-    assert told == [GPARFreezeThaw, adapters.GPARFreezeThawOutputRefits, adapters.GPARFreezeThawScreened]
+    assert told == [GPARFreezeThaw, adapters.GPARFreezeThawInitialStarts,
+                    adapters.GPARFreezeThawMeasuredInitialStarts, adapters.GPARFreezeThawOutputRefits,
+                    adapters.GPARFreezeThawScreened]
     method = adapters.GPARFreezeThawScreened()
     method.reset(synthetic_problem(n=10, seed=0), seed=0)
     assert method.policy.paused_scoring == "screen" and GPARFreezeThaw().policy_options == {}
     method = adapters.GPARFreezeThawOutputRefits()
     method.reset(synthetic_problem(n=10, seed=0), seed=0)
     assert method.policy.refit_trigger == "output" and method.policy.paused_scoring == "lazy"
+    for variant in (adapters.GPARFreezeThawInitialStarts, adapters.GPARFreezeThawMeasuredInitialStarts):
+        method = variant()
+        method.reset(synthetic_problem(n=10, seed=0), seed=0)
+        assert method.policy.fit_kwargs == {"start_from_initial": True}
+        assert ("measurement_noise" in method.policy.gpar_options) == ("measured" in method.name)
+        assert method.policy.gpar_options.get("hyperparameter_draws", 1) > 0
 
 
 def test_the_benchmark_driver_registers_the_policy_with_its_defaults() -> None:
