@@ -312,13 +312,13 @@ def main(argv: Sequence[str] | None = None) -> str:
                              "the table's measurement noise")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--quick", action="store_true",
-                        help="simulate the policy on the study's tiny table (2 seeds); no runs file")
+                        help="simulate the policy on the study's tiny table (1 seed); no runs file")
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error(f"--seeds must be >= 1; got {args.seeds}")
     torch.set_num_threads(1)
     if args.quick:
-        args.tables, args.seeds = ["quick"], 2
+        args.tables, args.seeds = ["quick"], 1
     if not args.quick and not args.runs.exists():
         parser.error(f"no runs file {args.runs}: run benchmarks.freeze_thaw_study first")
     try:

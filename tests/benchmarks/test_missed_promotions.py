@@ -101,7 +101,7 @@ def test_quick_report_and_bad_input(tmp_path) -> None:
     for suffix in ("md", "csv", "json", "png"):
         assert (tmp_path / f"missed_promotions_quick.{suffix}").stat().st_size > 0
     saved = json.loads((tmp_path / "missed_promotions_quick.json").read_text())
-    assert {(r["table"], r["model"], r["seeds"]) for r in saved["rows"]} == {("quick", "policy", 2)}
+    assert {(r["table"], r["model"], r["seeds"]) for r in saved["rows"]} == {("quick", "policy", 1)}
     paused = saved["top_paused"]["quick policy"]  # the table's best few, wherever left paused
     row = next(r for r in saved["rows"] if r["runs"] == f"the table's {mp.TOP} best, paused")
     sides = [p["side"] for runs in paused.values() for p in runs]
