@@ -93,13 +93,7 @@ class GPARFreezeThawMeasured(GPARFreezeThawNoHorizon):
         super().__init__(**{"staged_refits": False, **policy_options})
 
     def reset(self, problem: TabularProblem, seed: int) -> None:
-        if problem.measurement_noise is None:
-            raise ValueError(f"{problem.name} records no measurement noise; {self.name} needs it.")
-        self.policy_options = {
-            **self.policy_options,
-            "gpar_options": curve_model_options(measurement_noise=problem.measurement_noise,
-                                                hyperparameter_draws=0),
-        }
+        _tell_measurement_noise(self, problem, hyperparameter_draws=0)
         super().reset(problem, seed)
 
 
@@ -198,10 +192,16 @@ class GPARFreezeThawMeasuredInitialStarts(GPARFreezeThawInitialStarts):
     name = "gpar_freeze_thaw_measured_initial_starts"
 
     def reset(self, problem: TabularProblem, seed: int) -> None:
-        if problem.measurement_noise is None:
-            raise ValueError(f"{problem.name} records no measurement noise; {self.name} needs it.")
-        self.policy_options = {
-            **self.policy_options,
-            "gpar_options": curve_model_options(measurement_noise=problem.measurement_noise),
-        }
+        _tell_measurement_noise(self, problem)
         super().reset(problem, seed)
+
+
+def _tell_measurement_noise(method: GPARFreezeThaw, problem: TabularProblem, **curve_options) -> None:
+    """Set ``method``'s curve model to ``curve_model_options(measurement_noise=
+    problem.measurement_noise, **curve_options)``; a table without one is an error."""
+    if problem.measurement_noise is None:
+        raise ValueError(f"{problem.name} records no measurement noise; {method.name} needs it.")
+    method.policy_options = {
+        **method.policy_options,
+        "gpar_options": curve_model_options(measurement_noise=problem.measurement_noise, **curve_options),
+    }
