@@ -14,7 +14,9 @@ epoch 1 and after the last epoch, the fraction of pairs of settings whose curves
 either end are left out), the best and median final errors, and the fraction of settings
 that end no better than chance; and where the runs a search stops at epoch 1 end: the
 final-error quantiles of the settings in the worst 40 % at epoch 1, split at its 60 % and
-80 % quantiles (:func:`finals_by_first_error`).
+80 % quantiles (:func:`finals_by_first_error`); and how much the error of the best settings
+changes from one epoch to the next, against the change two independent measurements on the
+table's validation set would show (:func:`changes_against_binomial`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from torch import Tensor
 from benchmarks.bo.problems import DEV_FUNNEL_CSV, FUNNEL_CSV, MNIST_STUDY_CSV, funnel_table, mnist_table
 from gpar_bo.problems.funnel_mlp import load_dataset
 
-__all__ = ["crossing_stats", "finals_by_first_error"]
+__all__ = ["changes_against_binomial", "crossing_stats", "finals_by_first_error"]
 
 #: Final errors at or above this count as "chance or worse" on ten balanced classes, where
 #: always guessing the majority class errs about 0.9: the margin takes in runs that barely learn.
@@ -122,6 +124,51 @@ def finals_by_first_error(error: Tensor, edges: tuple[float, ...] = (0.6, 0.8)) 
     return bands
 
 
+def changes_against_binomial(
+    error: Tensor, num_examples: int, share: float = 0.25
+) -> list[dict]:
+    """Epoch-to-epoch changes of the best settings' error against binomial sampling noise.
+
+    A validation error on ``num_examples`` examples has binomial sampling variance
+    ``e (1 - e) / n``; if each epoch's error were an independent measurement, the change
+    between two epochs would have variance ``2 e (1 - e) / n``. On a fixed validation set
+    most of that sampling error is shared by every epoch of a run, so the changes are
+    smaller: this measures by how much, which is what a model told the binomial noise
+    (``gpar_bo.measurement.BinomialNoise``) as each checkpoint's own noise gets wrong.
+
+    Args:
+        error: ``n x E`` validation errors (``E >= 2``).
+        num_examples: The validation set's size.
+        share: The settings compared: the best ``share`` by final error.
+
+    Returns:
+        One dict each for the step from the middle epoch ``E // 2`` to the next and for the
+        last step: the epochs, ``sd_change`` (the standard deviation of the change over the
+        settings compared), ``sd_independent`` (the root mean of ``2 e (1 - e) / n`` at the
+        two epochs' mean error) and their ``ratio``.
+    """
+    if error.dim() != 2 or error.shape[1] < 2 or not torch.isfinite(error).all():
+        raise ValueError(f"error must be a finite n x E tensor with E >= 2; got shape {tuple(error.shape)}"
+                         f"{'' if torch.isfinite(error).all() else ' with non-finite values'}.")
+    if not (isinstance(num_examples, int) and num_examples >= 1):
+        raise ValueError(f"num_examples must be an integer >= 1; got {num_examples!r}.")
+    if not 0 < share <= 1:
+        raise ValueError(f"share must be in (0, 1]; got {share}.")
+    last = error[:, -1]
+    best = error[last <= torch.quantile(last, share)]
+    if len(best) < 2:
+        raise ValueError(f"share {share} of {len(error)} settings leaves fewer than 2 to compare.")
+    steps = []
+    for a in sorted({error.shape[1] // 2 - 1, error.shape[1] - 2}):
+        change = best[:, a + 1] - best[:, a]
+        level = best[:, a : a + 2].mean(-1)
+        independent = float((2 * level * (1 - level) / num_examples).mean().sqrt())
+        sd = float(change.std())
+        steps.append({"from_epoch": a + 1, "to_epoch": a + 2, "sd_change": sd,
+                      "sd_independent": independent, "ratio": sd / independent})
+    return steps
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--table", choices=[*(f"funnel_{name}" for name in (*FUNNEL_CSV, *DEV_FUNNEL_CSV)),
@@ -129,13 +176,18 @@ def main() -> None:
                         default="funnel_digits")
     args = parser.parse_args()
     if args.table.startswith("mnist"):
-        error = mnist_table(**({"path": MNIST_STUDY_CSV} if args.table == "mnist_study" else {})).error
-        stats = crossing_stats(error)
+        problem = mnist_table(**({"path": MNIST_STUDY_CSV} if args.table == "mnist_study" else {}))
+        stats = crossing_stats(problem.error)
     else:
         name = args.table.removeprefix("funnel_")
-        error = funnel_table(name).error
-        stats = crossing_stats(error, chance=chance_error(name))
-    print(json.dumps({**stats, "finals_by_first_error": finals_by_first_error(error)}, indent=1))
+        problem = funnel_table(name)
+        stats = crossing_stats(problem.error, chance=chance_error(name))
+    error = problem.error
+    print(json.dumps({
+        **stats, "finals_by_first_error": finals_by_first_error(error),
+        "changes_against_binomial": changes_against_binomial(
+            error, problem.measurement_noise.num_examples),
+    }, indent=1))
 
 
 def chance_error(dataset: str) -> float:

@@ -27,6 +27,10 @@ __all__ = ["BinomialNoise", "GaussianNoise"]
 class BinomialNoise:
     r"""An error rate measured on ``num_examples`` held-out examples: variance ``e (1 - e) / n``.
 
+    This is each checkpoint's noise only if every checkpoint is measured on fresh
+    examples. On one fixed validation set most of it is shared by a run's checkpoints,
+    and the floor it sets overstates their noise (docs/model.md gives the measurement).
+
     Args:
         num_examples: The size of the validation set the errors are measured on.
     """

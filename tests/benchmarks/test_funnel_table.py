@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from benchmarks.bo.problems import FUNNEL_CHECKPOINTS, FUNNEL_CSV, funnel_table
-from benchmarks.curve_crossing import CHANCE, chance_error, crossing_stats, finals_by_first_error, majority_error
+from benchmarks.curve_crossing import (
+    CHANCE, changes_against_binomial, chance_error, crossing_stats, finals_by_first_error, majority_error,
+)
 from gpar_bo.problems.funnel_mlp import generate_curves, load_dataset, sample_settings, to_unit_cube
 
 
@@ -92,3 +94,29 @@ def test_crossing_stats() -> None:
     # an error stored to 9 digits that equals chance counts, whichever way it was rounded
     at_chance = torch.tensor([[0.5, round(71 / 190, 9) - 1e-9]], dtype=torch.float64)
     assert crossing_stats(at_chance, chance=71 / 190)["chance_or_worse_final_fraction"] == 1
+
+
+def test_changes_against_binomial() -> None:
+    generator = torch.Generator().manual_seed(0)
+    n, epochs, examples = 4000, 6, 500
+    # Every epoch an independent measurement of an error rate of 0.2: the ratio is near 1.
+    independent = torch.binomial(torch.full((n, epochs), float(examples)),
+                                 torch.full((n, epochs), 0.2), generator=generator) / examples
+    steps = changes_against_binomial(independent, examples, share=1.0)
+    assert [(s["from_epoch"], s["to_epoch"]) for s in steps] == [(3, 4), (5, 6)]
+    for step in steps:
+        assert step["sd_independent"] == pytest.approx((2 * 0.2 * 0.8 / examples) ** 0.5, rel=0.02)
+        assert step["ratio"] == pytest.approx(1.0, abs=0.05)
+    # One measurement shared by every epoch (a fixed validation set, a converged run): no change.
+    shared = independent[:, :1].expand(n, epochs)
+    assert all(s["sd_change"] == 0 and s["ratio"] == 0 for s in changes_against_binomial(shared, examples))
+    # The best quarter by final error is compared: adding a constant to the worse runs changes nothing.
+    worse = independent[:, -1] > torch.quantile(independent[:, -1], 0.25)
+    shifted = torch.where(worse.unsqueeze(-1), independent + 0.3 * torch.arange(epochs), independent)
+    assert changes_against_binomial(shifted, examples) == changes_against_binomial(independent, examples)
+    with pytest.raises(ValueError, match="E >= 2"):
+        changes_against_binomial(independent[:, :1], examples)
+    with pytest.raises(ValueError, match="num_examples"):
+        changes_against_binomial(independent, 0)
+    with pytest.raises(ValueError, match="share"):
+        changes_against_binomial(independent, examples, share=0.0)
