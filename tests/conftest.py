@@ -3,14 +3,12 @@ fitted curve model."""
 
 from __future__ import annotations
 
-import os
 
 import pytest
 import torch
-from filelock import FileLock
 
 from gpar_bo import GPARModel
-from tests.helpers import DTYPES, EPOCHS, fit, partial_curves
+from tests.helpers import DTYPES, EPOCHS, computed_once, fit, partial_curves
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -51,14 +49,7 @@ def _curve_model_state(tmp_path_factory: pytest.TempPathFactory) -> dict:
         X, Y = partial_curves()
         return fit(GPARModel(X, Y, output_names=EPOCHS)).state_dict()
 
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if run is None:  # not run by pytest-xdist
-        return fitted_state()
-    path = tmp_path_factory.getbasetemp().parent / f"curve_model_state-{run}.pt"
-    with FileLock(f"{path}.lock"):
-        if not path.is_file():
-            torch.save(fitted_state(), path)
-        return torch.load(path)
+    return computed_once(tmp_path_factory, "curve_model_state", fitted_state)
 
 
 @pytest.fixture(scope="module")

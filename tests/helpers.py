@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
 import torch
+from filelock import FileLock
 from botorch.fit import fit_gpytorch_mll
 
 from gpar_bo import GPARMarginalLogLikelihood, GPARModel
@@ -27,6 +33,21 @@ def tolerance(
     if float32 is not None:
         return float32
     return {k: max(float64.get(k, 0.0), v) for k, v in FLOAT32_TOLERANCE.items()}
+
+
+def computed_once(tmp_path_factory: pytest.TempPathFactory, name: str, compute: Callable[[], Any]) -> Any:
+    """``compute()``, computed once per test run: pytest-xdist's workers share it through
+    a file ``name`` of this run in their common temporary folder, under a lock
+    (filelock: a dependency of the package). ``compute`` returns what ``torch.save``
+    stores and ``torch.load`` loads by default (tensors, numbers, strings, lists, dicts)."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:  # not run by pytest-xdist
+        return compute()
+    path = tmp_path_factory.getbasetemp().parent / f"{name}-{run}.pt"
+    with FileLock(f"{path}.lock"):
+        if not path.is_file():
+            torch.save(compute(), path)
+        return torch.load(path)
 
 
 def fit(model: GPARModel, maxiter: int | None = None) -> GPARModel:

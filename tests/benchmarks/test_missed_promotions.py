@@ -9,11 +9,26 @@ import torch
 
 from benchmarks import freeze_thaw_study as study
 from benchmarks import missed_promotions as mp
+from tests.helpers import computed_once
 
 
 @pytest.fixture(scope="module")
 def problem():
     return study.make_problem("quick")
+
+
+@pytest.fixture(scope="module")
+def quick_trace(problem, tmp_path_factory) -> dict:
+    """The policy's run on the quick table, seed 0: what ``--quick`` simulates (once per
+    test run, whichever workers ask)."""
+    from benchmarks.bo.freeze_thaw import GPARFreezeThaw
+    from benchmarks.bo.harness import simulate
+
+    def run() -> dict:
+        torch.set_num_threads(1)
+        return simulate(GPARFreezeThaw(), problem, 0, study.budget_of("quick", problem)).to_json()
+
+    return computed_once(tmp_path_factory, "missed_promotions_quick_trace", run)
 
 
 def test_end_state_is_what_the_policy_saw_when_the_budget_ran_out(problem) -> None:
@@ -33,11 +48,8 @@ def test_end_state_is_what_the_policy_saw_when_the_budget_ran_out(problem) -> No
     assert paused.tolist() == [True, False, False]  # a running run is not paused
 
 
-def test_paused_predictions_place_each_final_against_its_interval(problem) -> None:
-    from benchmarks.bo.freeze_thaw import GPARFreezeThaw
-    from benchmarks.bo.harness import simulate
-
-    trace = simulate(GPARFreezeThaw(), problem, 0, study.budget_of("quick", problem)).to_json()
+def test_paused_predictions_place_each_final_against_its_interval(problem, quick_trace) -> None:
+    trace = quick_trace
     predictions = mp.paused_predictions(trace, problem)
     _, _, paused = mp.end_state(trace, problem)
     assert len(predictions) == int(paused.sum()) > 0
@@ -96,7 +108,19 @@ def test_unstarted_best_ranks_the_best_setting_among_those_never_started(problem
     assert mp.unstarted_best({"seed": 0, "trials": trace["trials"][4:]}, problem) is None  # no model
 
 
-def test_quick_report_and_bad_input(tmp_path) -> None:
+def test_quick_report_and_bad_input(tmp_path, monkeypatch, problem, quick_trace) -> None:
+    from benchmarks.bo.freeze_thaw import GPARFreezeThaw
+
+    class Simulated:  # the fixture's run, so that the policy is not simulated twice
+        def to_json(self) -> dict:
+            return quick_trace
+
+    def simulate(method, table, seed, budget):  # noqa: ANN001, ANN202
+        assert isinstance(method, GPARFreezeThaw) and table.name == problem.name
+        assert (seed, budget) == (0, study.budget_of("quick", problem))
+        return Simulated()
+
+    monkeypatch.setattr(mp, "simulate", simulate)
     mp.main(["--quick", "--models", "policy", "--out", str(tmp_path)])
     for suffix in ("md", "csv", "json", "png"):
         assert (tmp_path / f"missed_promotions_quick.{suffix}").stat().st_size > 0
