@@ -36,8 +36,10 @@ decision, ``paused_scoring="screen"``, a candidate), ``gpar_freeze_thaw_output_r
 (the default refitting each conditional when its own rows grew, ``refit_trigger="output"``,
 a candidate), ``gpar_freeze_thaw_initial_starts`` (the default whose warm-started refits
 also start from the model's initial values, ``fit_kwargs={"start_from_initial": True}``,
-a candidate) and ``gpar_freeze_thaw_measured_initial_starts`` (that told the table's
-measurement noise, a candidate), the
+a candidate), ``gpar_freeze_thaw_measured_initial_starts`` (that told the table's
+measurement noise, a candidate) and ``gpar_freeze_thaw_latent_paths`` (the default whose
+index adds the final's observation noise once instead of one noise per sampled increment,
+``latent_paths=True``, a candidate), the
 harness's baselines (ASHA, one-epoch screening, random search, Optuna's TPE with its Hyperband pruner) and Syne Tune 0.13.0's BOHB, Hyper-Tune, MOBSTER and DyHPO
 through ``benchmarks.syne_tune.methods.run_syne_tune`` (its own virtualenv, see
 ``benchmarks/syne_tune/setup_venv.sh``). The budget is 50 full runs' worth of epochs
@@ -81,8 +83,8 @@ from benchmarks.bo.analysis import (
 )
 from benchmarks.bo.baselines import BASELINES, optuna_available
 from benchmarks.bo.freeze_thaw import (
-    GPARFreezeThaw, GPARFreezeThawFullRefits, GPARFreezeThawInitialStarts, GPARFreezeThawMeasured,
-    GPARFreezeThawMeasuredInitialStarts, GPARFreezeThawMeasuredStaged, GPARFreezeThawNoHorizon,
+    GPARFreezeThaw, GPARFreezeThawFullRefits, GPARFreezeThawInitialStarts, GPARFreezeThawLatentPaths,
+    GPARFreezeThawMeasured, GPARFreezeThawMeasuredInitialStarts, GPARFreezeThawMeasuredStaged, GPARFreezeThawNoHorizon,
     GPARFreezeThawOutputRefits, GPARFreezeThawPoint, GPARFreezeThawPrevious, GPARFreezeThawScreened,
 )
 from benchmarks.bo.harness import TabularProblem, simulate
@@ -99,14 +101,16 @@ HARNESS_METHODS: dict[str, Callable] = {
     GPARFreezeThawScreened.name: GPARFreezeThawScreened,
     GPARFreezeThawOutputRefits.name: GPARFreezeThawOutputRefits,
     GPARFreezeThawInitialStarts.name: GPARFreezeThawInitialStarts,
-    GPARFreezeThawMeasuredInitialStarts.name: GPARFreezeThawMeasuredInitialStarts, **BASELINES
+    GPARFreezeThawMeasuredInitialStarts.name: GPARFreezeThawMeasuredInitialStarts,
+    GPARFreezeThawLatentPaths.name: GPARFreezeThawLatentPaths, **BASELINES
 }
 #: Variants of the policy (candidates, and the earlier default): run only when named in
 #: ``--methods``.
 CANDIDATES = (GPARFreezeThawMeasured.name, GPARFreezeThawMeasuredStaged.name,
               GPARFreezeThawFullRefits.name, GPARFreezeThawPoint.name, GPARFreezeThawPrevious.name,
               GPARFreezeThawNoHorizon.name, GPARFreezeThawScreened.name, GPARFreezeThawOutputRefits.name,
-              GPARFreezeThawInitialStarts.name, GPARFreezeThawMeasuredInitialStarts.name)
+              GPARFreezeThawInitialStarts.name, GPARFreezeThawMeasuredInitialStarts.name,
+              GPARFreezeThawLatentPaths.name)
 #: Syne Tune's schedulers by the names used here (its class names as values).
 SYNE_TUNE_METHODS = {
     "syne_bohb": "BOHB",

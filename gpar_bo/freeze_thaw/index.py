@@ -181,6 +181,14 @@ class FreezeThawIndex(AcquisitionFunction):
         num_samples: Sample paths per run (a multiple of ``num_bins``).
         num_bins: Quantile bins of ``stopping_index``.
         seed: Seed of the quasi-random normals (shared by all runs).
+        latent_paths: Build the paths from the latent increments and add the final
+            increment's observation noise once, to the final's Gaussian (a
+            candidate). By default every sampled increment carries its own noise, so
+            the path's noise adds up over the checkpoints left; if the noise is the
+            measured level's, an observed increment's noise is the difference of its
+            two ends' and these telescope, so the final's noise does not grow with the
+            steps left (``benchmarks/results/calibration_diagnosis.md``, session 30).
+            With D-GPAR's denoised inputs both give the same latent chain.
     """
 
     def __init__(
@@ -191,6 +199,7 @@ class FreezeThawIndex(AcquisitionFunction):
         num_samples: int = 128,
         num_bins: int = 8,
         seed: int = 0,
+        latent_paths: bool = False,
     ) -> None:
         super().__init__(model=model)
         self.register_buffer("epochs", epochs)
@@ -198,6 +207,7 @@ class FreezeThawIndex(AcquisitionFunction):
         self.num_samples = num_samples
         self.num_bins = num_bins
         self.seed = seed
+        self.latent_paths = latent_paths
 
     def final_paths(self, X: Tensor, observed: Tensor) -> FinalPaths:
         r"""Sample paths of runs' log errors and their final error's Gaussian along each.
@@ -217,7 +227,7 @@ class FreezeThawIndex(AcquisitionFunction):
             path up to the second-last checkpoint, and that ``noise`` along each path (``S x 1``).
         """
         model, M = self.model, len(self.epochs)
-        posterior = model.modelled_posterior(X.unsqueeze(-2), observation_noise=True)
+        posterior = model.modelled_posterior(X.unsqueeze(-2), observation_noise=not self.latent_paths)
         normals = draw_sobol_normal_samples(d=M, n=self.num_samples, dtype=X.dtype, seed=self.seed)
         base = normals.view(self.num_samples, 1, 1, M).expand(-1, len(X), 1, M)
         samples, means, variances = posterior.rsample_with_conditionals(
@@ -237,7 +247,8 @@ class FreezeThawIndex(AcquisitionFunction):
         log_errors = from_increments(increments)
         final_mean = (log_errors[..., -2] if M > 1 else 0.0) + means[..., -1]
         noise = posterior.output_noise(M - 1, self.num_samples).unsqueeze(-1)
-        return FinalPaths(log_errors, final_mean, variances[..., -1], noise)
+        final_variance = variances[..., -1] + noise if self.latent_paths else variances[..., -1]
+        return FinalPaths(log_errors, final_mean, final_variance, noise)
 
     def index(self, X: Tensor, observed: Tensor) -> Tensor:
         """``b`` indices of the runs at ``X`` (``b x d``) with ``observed`` checkpoints."""

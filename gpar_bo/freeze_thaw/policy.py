@@ -134,6 +134,9 @@ class FreezeThawPolicy:
             ``NUM_FINALISTS`` best with all of them, so no index is stale: a stored
             index is an upper bound only as far as the incumbent goes, while the
             data that arrive after it can raise it.
+        latent_paths: ``FreezeThawIndex``'s ``latent_paths`` (a candidate; default
+            False): paths of latent increments, the final's observation noise added
+            once, so that noise does not add up along a path.
         gpar_options: ``GPARModel`` options (default
             :func:`~gpar_bo.curve_model.curve_model_options`). The index is computed
             on log-error increments, so the model always has a ``LogIncrements``
@@ -158,6 +161,7 @@ class FreezeThawPolicy:
         staged_refits: bool = True,
         refit_trigger: Literal["total", "output"] = "total",
         paused_scoring: Literal["lazy", "screen"] = "lazy",
+        latent_paths: bool = False,
         gpar_options: Mapping[str, Any] | None = None,
         fit_kwargs: Mapping[str, Any] | None = None,
         seed: int = 0,
@@ -200,6 +204,7 @@ class FreezeThawPolicy:
         self.staged_refits = staged_refits
         self.refit_trigger = refit_trigger
         self.paused_scoring = paused_scoring
+        self.latent_paths = latent_paths
         options = resolve_gpar_options(gpar_options)
         if options.get("outcome_transform") is None:
             options["outcome_transform"] = LogIncrements()
@@ -292,11 +297,12 @@ class FreezeThawPolicy:
         M = len(self.epochs)
         incumbent = float(floor_zeros(Y)[observed == M, -1].min())
         acqf = FreezeThawIndex(
-            model, self.epochs.to(X), incumbent, self.num_samples, seed=self.seed + self.decisions
+            model, self.epochs.to(X), incumbent, self.num_samples, seed=self.seed + self.decisions,
+            latent_paths=self.latent_paths,
         )
         screen = FreezeThawIndex(
             model, acqf.epochs, incumbent, self.num_samples // SCREEN_RATIO,
-            num_bins=8 // SCREEN_RATIO, seed=acqf.seed,
+            num_bins=8 // SCREEN_RATIO, seed=acqf.seed, latent_paths=self.latent_paths,
         )
 
         def finalists(Xs: Tensor, obs: Tensor) -> Tensor:
@@ -422,7 +428,7 @@ class FreezeThawPolicy:
         reported = observed > 0
         model, _ = self._model(X[reported], Y[reported], keep=False)
         return FreezeThawIndex(model, self.epochs.to(X), float(floor_zeros(Y)[finished, -1].min()),
-                               self.num_samples, seed=self.seed)
+                               self.num_samples, seed=self.seed, latent_paths=self.latent_paths)
 
     # ----------------------------------------------------------------- helpers
     def _check(

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from gpar_bo.freeze_thaw import expected_improvement_lognormal, stopping_index
+from gpar_bo import GPARModel
+from gpar_bo.freeze_thaw import FreezeThawIndex, expected_improvement_lognormal, stopping_index
+from tests.helpers import EPOCHS as CURVE_EPOCHS
 
 EPOCHS = [1, 2, 4]
 
@@ -52,3 +54,24 @@ def test_lognormal_expected_improvement_matches_monte_carlo() -> None:
     monte_carlo = (0.1 - (mean + std * z).exp()).clamp_min(0).mean(0)
     exact = expected_improvement_lognormal(mean, std, 0.1)
     assert torch.allclose(exact, monte_carlo, atol=2e-4)
+
+
+def test_latent_paths_add_the_final_noise_once(curve_model: GPARModel) -> None:
+    dtype, M = curve_model.train_X.dtype, len(CURVE_EPOCHS)
+    epochs = torch.tensor(CURVE_EPOCHS, dtype=dtype)
+    observed = (~curve_model.train_Y.isnan()).sum(-1)
+    one_left = torch.nonzero(observed == M - 1).squeeze(-1)[:2]
+    X = torch.cat([torch.rand(3, 2, dtype=dtype), curve_model.train_X[one_left]])
+    prefixes = torch.cat([torch.zeros(3, dtype=torch.long), observed[one_left]])
+    noisy, latent = (FreezeThawIndex(curve_model, epochs, 0.1, 64, latent_paths=flag).final_paths(X, prefixes)
+                     for flag in (False, True))
+    # The same latent chain: the final's latent variance along each path is the same,
+    # and the final's noise is in both variances once.
+    torch.testing.assert_close(latent.variance - latent.noise, noisy.variance - noisy.noise)
+    assert bool((latent.noise > 0).all())
+    # With one checkpoint left nothing is sampled before the final: the same predictive.
+    torch.testing.assert_close(latent.mean[:, 3:], noisy.mean[:, 3:])
+    torch.testing.assert_close(latent.log_errors[:, 3:, :-1], noisy.log_errors[:, 3:, :-1])
+    # For new settings the noisy paths add one noise per increment; the latent ones none.
+    assert bool((latent.log_errors[:, :3, 1:].var(0) < noisy.log_errors[:, :3, 1:].var(0)).all())
+    assert bool((latent.mean[:, :3].var(0) < noisy.mean[:, :3].var(0)).all())

@@ -494,9 +494,12 @@ def test_only_the_default_and_candidates_on_it_are_told_the_budget() -> None:
     variants = [getattr(adapters, name) for name in adapters.__all__]
     assert GPARFreezeThaw in variants and len(variants) > 2
     told = [v for v in variants if v.budget_aware]
-    assert told == [GPARFreezeThaw, adapters.GPARFreezeThawInitialStarts,
+    assert told == [GPARFreezeThaw, adapters.GPARFreezeThawInitialStarts, adapters.GPARFreezeThawLatentPaths,
                     adapters.GPARFreezeThawMeasuredInitialStarts, adapters.GPARFreezeThawOutputRefits,
                     adapters.GPARFreezeThawScreened]
+    method = adapters.GPARFreezeThawLatentPaths()
+    method.reset(synthetic_problem(n=10, seed=0), seed=0)
+    assert method.policy.latent_paths and not GPARFreezeThaw().policy_options
     method = adapters.GPARFreezeThawScreened()
     method.reset(synthetic_problem(n=10, seed=0), seed=0)
     assert method.policy.paused_scoring == "screen" and GPARFreezeThaw().policy_options == {}
