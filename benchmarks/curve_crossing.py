@@ -30,6 +30,7 @@ from scipy.stats import spearmanr
 from torch import Tensor
 
 from benchmarks.bo.problems import DEV_FUNNEL_CSV, FUNNEL_CSV, MNIST_STUDY_CSV, funnel_table, mnist_table
+from gpar_bo.measurement import BinomialNoise
 from gpar_bo.problems.funnel_mlp import load_dataset
 
 __all__ = ["changes_against_binomial", "crossing_stats", "finals_by_first_error"]
@@ -150,8 +151,7 @@ def changes_against_binomial(
     if error.dim() != 2 or error.shape[1] < 2 or not torch.isfinite(error).all():
         raise ValueError(f"error must be a finite n x E tensor with E >= 2; got shape {tuple(error.shape)}"
                          f"{'' if torch.isfinite(error).all() else ' with non-finite values'}.")
-    if not (isinstance(num_examples, int) and num_examples >= 1):
-        raise ValueError(f"num_examples must be an integer >= 1; got {num_examples!r}.")
+    variance = BinomialNoise(num_examples)  # checks num_examples
     if not 0 < share <= 1:
         raise ValueError(f"share must be in (0, 1]; got {share}.")
     last = error[:, -1]
@@ -162,7 +162,7 @@ def changes_against_binomial(
     for a in sorted({error.shape[1] // 2 - 1, error.shape[1] - 2}):
         change = best[:, a + 1] - best[:, a]
         level = best[:, a : a + 2].mean(-1)
-        independent = float((2 * level * (1 - level) / num_examples).mean().sqrt())
+        independent = float((2 * variance(level)).mean().sqrt())
         sd = float(change.std())
         steps.append({"from_epoch": a + 1, "to_epoch": a + 2, "sd_change": sd,
                       "sd_independent": independent, "ratio": sd / independent})
