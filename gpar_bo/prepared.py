@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from copy import deepcopy
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
@@ -20,6 +19,7 @@ import torch
 from botorch.models import SingleTaskGP
 from linear_operator.utils.errors import NotPSDError
 from torch import Tensor
+from torch.nn import Module, Parameter
 
 from gpar_bo.conditionals import conditional_inputs
 from gpar_bo.laplace import set_trainable_raw, trainable_raw
@@ -208,8 +208,8 @@ def _drawn_predictor(
         predictor = ConditionalPredictor(gp, inputs)
         # A predictor evaluates its kernel and mean when called: it keeps copies that
         # hold the draw (the rest of the GP, its data, is not copied).
-        predictor.kernel = deepcopy(predictor.kernel)
-        predictor.mean_module = deepcopy(predictor.mean_module)
+        predictor.kernel = _frozen_copy(predictor.kernel)
+        predictor.mean_module = _frozen_copy(predictor.mean_module)
         return predictor
     except NotPSDError as error:
         warnings.warn(f"A hyperparameter draw's covariance is not positive definite ({error}); "
@@ -217,3 +217,29 @@ def _drawn_predictor(
         return fitted
     finally:
         set_trainable_raw(gp, fit)
+
+
+def _frozen_copy(module: Module) -> Module:
+    """A copy of ``module`` that keeps its parameters' and buffers' current values when
+    the original's change (e.g. when a draw is set back to the fit).
+
+    Each submodule is copied shallowly with new parameter and buffer dicts holding
+    detached clones; what does not change with the hyperparameters (priors' and
+    constraints' settings, functions) is shared. ``copy.deepcopy`` would copy all of it,
+    at several times the cost, for every draw and conditional of every new model.
+    """
+    frozen = type(module).__new__(type(module))  # not copy.copy: GPyTorch's shares __dict__
+    state = frozen.__dict__
+    state.update(module.__dict__)
+    state["_parameters"] = {
+        name: None if p is None else Parameter(p.detach().clone(), requires_grad=False)
+        for name, p in module._parameters.items()
+    }
+    state["_buffers"] = {
+        name: None if b is None else b.clone() for name, b in module._buffers.items()
+    }
+    state["_modules"] = {
+        name: None if m is None else _frozen_copy(m) for name, m in module._modules.items()
+    }
+    state.pop("_memoize_cache", None)  # GPyTorch's caches belong to the original's values
+    return frozen
