@@ -9,7 +9,6 @@ import torch
 
 from benchmarks import freeze_thaw_study as study
 from benchmarks import missed_promotions as mp
-from tests.helpers import computed_once
 
 
 @pytest.fixture(scope="module")
@@ -18,17 +17,20 @@ def problem():
 
 
 @pytest.fixture(scope="module")
-def quick_trace(problem, tmp_path_factory) -> dict:
-    """The policy's run on the quick table, seed 0: what ``--quick`` simulates (once per
-    test run, whichever workers ask)."""
-    from benchmarks.bo.freeze_thaw import GPARFreezeThaw
-    from benchmarks.bo.harness import simulate
-
-    def run() -> dict:
-        torch.set_num_threads(1)
-        return simulate(GPARFreezeThaw(), problem, 0, study.budget_of("quick", problem)).to_json()
-
-    return computed_once(tmp_path_factory, "missed_promotions_quick_trace", run)
+def quick_trace(problem) -> dict:
+    """An end state like the policy's on the quick table (seed 0): the table's second to
+    fifth best settings finished, every fourth of the others paused at each checkpoint
+    before the last in turn, the table's best among them after one checkpoint.
+    (Simulating the policy for it cost more than every test of this module.)"""
+    order = problem.error[:, -1].argsort().tolist()
+    finished = order[1:5]
+    paused = [order[0], *order[5::4]]
+    checkpoints = problem.checkpoints
+    return {"seed": 0, "trials": [
+        *({"setting": s, "status": "completed", "epochs": checkpoints[-1]} for s in finished),
+        *({"setting": s, "status": "stopped", "epochs": checkpoints[i % (len(checkpoints) - 1)]}
+          for i, s in enumerate(paused)),
+    ]}
 
 
 def test_end_state_is_what_the_policy_saw_when_the_budget_ran_out(problem) -> None:
