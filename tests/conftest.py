@@ -4,10 +4,13 @@ fitted curve model."""
 from __future__ import annotations
 
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 
 from gpar_bo import GPARModel
+from tests.fork_server import ForkServer
 from tests.helpers import DTYPES, EPOCHS, computed_once, fit, partial_curves
 
 
@@ -35,6 +38,15 @@ def _seeded() -> None:
 def dtype(request: pytest.FixtureRequest) -> torch.dtype:
     """The dtype of the data (override it in a module to run in one dtype only)."""
     return request.param
+
+
+@pytest.fixture(scope="session")
+def fork_server() -> Iterator[ForkServer]:
+    """Runs scripts and modules in processes forked after the heavy imports
+    (``tests/fork_server.py``): one server per test worker, started when first asked for."""
+    server = ForkServer()
+    yield server
+    server.close()
 
 
 @pytest.fixture(scope="session")

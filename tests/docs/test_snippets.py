@@ -7,17 +7,14 @@ from code that CI runs.
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import select
 import signal
 import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.fork_server import ForkServer
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -48,42 +45,17 @@ def test_the_docs_show_the_examples() -> None:
 EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.py") if p.name not in RUN_ELSEWHERE)
 
 
-@pytest.fixture(scope="session")
-def example_server() -> Iterator[subprocess.Popen]:
-    """A process that runs each example in a child forked from it after the examples'
-    shared imports (``tests/docs/example_server.py``): one per test worker."""
-    server = subprocess.Popen(
-        [sys.executable, "-m", "tests.docs.example_server"], cwd=ROOT, text=True,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        start_new_session=True,  # so that a kill takes the examples' processes down too
-        # One thread, as CI sets it: small GP fits are much slower on oversubscribed cores.
-        # This checkout's package, not whichever one is installed.
-        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
-            [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])},
-    )
-    yield server
-    if server.poll() is None:
-        server.stdin.close()
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-
-
 @pytest.mark.long
 @pytest.mark.parametrize("example", EXAMPLES)
-def test_example_runs(example: str, tmp_path: Path, example_server: subprocess.Popen) -> None:
-    if example_server.poll() is not None:
-        pytest.fail(f"the example server ended ({example_server.returncode}) before {example}")
+def test_example_runs(example: str, tmp_path: Path, fork_server: ForkServer) -> None:
+    # Forked after the examples' shared imports (tests/fork_server.py), as each would
+    # otherwise pay for them.
     log = tmp_path / "output.log"
-    request = {"path": str(ROOT / "examples" / example), "argv": QUICK_ARGS.get(example, []),
-               "cwd": str(tmp_path), "log": str(log)}
-    example_server.stdin.write(json.dumps(request) + "\n")
-    example_server.stdin.flush()
-    ready, _, _ = select.select([example_server.stdout], [], [], 600)
-    if not ready:
-        os.killpg(example_server.pid, signal.SIGKILL)
-        pytest.fail(f"{example} did not end within 600 s:\n" + log.read_text()[-3000:])
-    status = example_server.stdout.readline()
-    assert status.strip() == "0", f"{example} exited with {status.strip() or 'no status'}:\n" + (
-        log.read_text()[-3000:] if log.exists() else "")
+    child = fork_server.start(path=ROOT / "examples" / example, argv=QUICK_ARGS.get(example, []),
+                              cwd=tmp_path, log=log)
+    try:
+        status = child.wait(timeout=600)
+    except subprocess.TimeoutExpired:
+        child.send_signal(signal.SIGKILL)
+        pytest.fail(f"{example} did not end within 600 s:\n" + child.output()[-3000:])
+    assert status == 0, f"{example} exited with {status}:\n" + child.output()[-3000:]

@@ -26,8 +26,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +37,7 @@ from gpar_bo.problems.toy import toy_problem
 from gpar_bo.tuning.jobs import read_job, read_progress
 from gpar_bo.tuning.loop import tune
 from gpar_bo.tuning.snapshot import load_snapshot
+from tests.fork_server import Forked, ForkServer
 from tests.tuning.scripts import LIGHT
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,23 +46,16 @@ SECONDS = 0.15
 SEED = 20240611  # the random kill moment; printed on failure to reproduce
 
 
-def _start(out: Path, max_trials: int, *extra: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    # Its log goes to a file: a pipe nobody reads would fill up and block it.
-    log = open(out.parent / f"tune-{time.monotonic_ns()}.log", "w+")
-    # Its own process group, so that killing the group takes its workers down too.
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.tuning.scripts", str(out), str(max_trials),
-         str(EPOCHS), str(SECONDS), *extra],
-        cwd=ROOT, env=env, start_new_session=True, stdout=log, stderr=log)
-    process.log = log  # type: ignore[attr-defined]
-    return process
+def _start(server: ForkServer, out: Path, max_trials: int, *extra: str) -> Forked:
+    # Forked after the heavy imports (tests/fork_server.py); its log goes to a file.
+    # Its own session, so that killing its process group takes its workers down too.
+    return server.start(module="tests.tuning.scripts",
+                        argv=[out, max_trials, EPOCHS, SECONDS, *extra],
+                        log=out.parent / f"tune-{time.monotonic_ns()}.log", session=True)
 
 
-def _log(process: subprocess.Popen) -> str:
-    process.log.seek(0)  # type: ignore[attr-defined]
-    return process.log.read()[-3000:]  # type: ignore[attr-defined]
+def _log(process: Forked) -> str:
+    return process.output()[-3000:]
 
 
 def _files(out: Path) -> dict[int, str]:
@@ -81,7 +73,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _wait_for(condition: Callable[[], object], process: subprocess.Popen | None, what: str,
+def _wait_for(condition: Callable[[], object], process: Forked | None, what: str,
               timeout: float = 300.0) -> None:
     # Generous: on a loaded 2-core machine a process and its workers take a minute to start.
     deadline = time.monotonic() + timeout
@@ -112,20 +104,20 @@ def _steps(text: str, tmp: Path) -> list[float]:
 
 
 @pytest.mark.long
-def test_kill_9_at_any_moment_loses_nothing(tmp_path: Path) -> None:
+def test_kill_9_at_any_moment_loses_nothing(tmp_path: Path, fork_server: ForkServer) -> None:
     out = tmp_path / "out"
     rng = random.Random(SEED)
     recorded: dict[int, str] = {}
 
     # 1. The group, right as a job starts: the first progress file after trial 1's.
-    process = _start(out, 100)
+    process = _start(fork_server, out, 100)
     _wait_for(lambda: 2 in _files(out), process, "trial 2 started")
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     recorded = _files(out)
 
     # 2. The tuning process alone, at a random moment once its first new job runs.
-    process = _start(out, 100)
+    process = _start(fork_server, out, 100)
     known = set(recorded)
     _wait_for(lambda: set(_files(out)) - known, process, "a new trial after resuming")
     time.sleep(rng.uniform(0.0, 2.0))
@@ -139,7 +131,7 @@ def test_kill_9_at_any_moment_loses_nothing(tmp_path: Path) -> None:
     recorded = _files(out)
 
     # 3. In the middle of a snapshot write (its k-th, k at random).
-    process = _start(out, 100, str(rng.randint(3, 8)))
+    process = _start(fork_server, out, 100, str(rng.randint(3, 8)))
     process.wait(timeout=300)
     assert process.returncode == -signal.SIGKILL, _log(process)
     _check_nothing_lost(recorded, out)

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 from collections.abc import Callable
@@ -22,6 +20,7 @@ from gpar_bo.problems.toy import toy_problem, train_toy_curves
 from gpar_bo.tuning.jobs import JobRecord, load_checkpoint, read_job
 from gpar_bo.tuning.loop import tune
 from gpar_bo.tuning.snapshot import load_snapshot
+from tests.fork_server import ForkServer
 from tests.helpers import without_bands
 
 EPOCHS, BUDGET, SECONDS = 4, 18, 0.1
@@ -36,7 +35,7 @@ def _jobs(out: Path) -> dict[int, object]:
 
 @pytest.mark.long
 def test_kill_9_then_rerun_resumes_paused_and_interrupted_runs_within_the_budget(
-    tmp_path: Path,
+    tmp_path: Path, fork_server: ForkServer,
 ) -> None:
     out = tmp_path / "out"
     script = tmp_path / "run.py"
@@ -48,13 +47,9 @@ def test_kill_9_then_rerun_resumes_paused_and_interrupted_runs_within_the_budget
             torch.set_num_threads(1)
             tune(toy_problem({EPOCHS}, {SECONDS}), sys.argv[1], {BUDGET}, **{RUN!r})
     """))
-    # This checkout's package, not whichever one is installed.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(Path(__file__).resolve().parents[2]),
-         *filter(None, [os.environ.get("PYTHONPATH")])])}
-    # Its own session, so that killing it takes its workers down too (a crash).
-    process = subprocess.Popen([sys.executable, str(script), str(out)], start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    # Forked after the heavy imports (tests/fork_server.py), in a session of its own, so
+    # that killing it takes its workers down too (a crash).
+    process = fork_server.start(path=script, argv=[out], log=tmp_path / "tune.log", session=True)
     try:
         # Generous, as in test_crash_safety: on a loaded 2-core machine the process and
         # its workers take a minute to start.

@@ -7,41 +7,29 @@ import json
 import logging
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from gpar_bo.tuning.runner import INTERRUPTED
+from tests.fork_server import Forked, ForkServer
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _start(out: Path, max_trials: int) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    # Its log goes to a file: a pipe nobody reads would fill up and block it.
-    log = open(out.parent / f"tune-{time.monotonic_ns()}.log", "w+")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.tuning.scripts", str(out), str(max_trials), "4", "0.5"],
-        cwd=ROOT, env=env, start_new_session=True, stdout=log, stderr=log)
-    process.log = log  # type: ignore[attr-defined]
-    return process
+def _start(server: ForkServer, out: Path, max_trials: int) -> Forked:
+    # Forked after the heavy imports (tests/fork_server.py); its log goes to a file.
+    return server.start(module="tests.tuning.scripts", argv=[out, max_trials, 4, 0.5],
+                        log=out.parent / f"tune-{time.monotonic_ns()}.log", session=True)
 
 
-def _log(process: subprocess.Popen) -> str:
-    process.log.seek(0)  # type: ignore[attr-defined]
-    return process.log.read()  # type: ignore[attr-defined]
+def _log(process: Forked) -> str:
+    return process.output()
 
 
-@pytest.mark.long
 def test_a_second_process_is_refused_and_a_killed_holders_lock_taken_over(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, fork_server: ForkServer
 ) -> None:
     out = tmp_path / "out"
-    first = _start(out, 100)  # trains on far longer than this test looks
+    first = _start(fork_server, out, 100)  # trains on far longer than this test looks
     try:
         deadline = time.monotonic() + 300  # a loaded machine starts processes slowly
         while not list((out / "runs").glob("trial_*.jsonl")):
@@ -49,7 +37,7 @@ def test_a_second_process_is_refused_and_a_killed_holders_lock_taken_over(
             assert time.monotonic() < deadline, "the first process did not get going"
             time.sleep(0.1)
         files_before = {p.name: p.read_text() for p in (out / "runs").glob("trial_*.jsonl")}
-        second = _start(out, 100)
+        second = _start(fork_server, out, 100)
         try:
             second.wait(timeout=300)
         finally:

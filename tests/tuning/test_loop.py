@@ -6,8 +6,6 @@ import json
 import math
 import os
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -28,6 +26,7 @@ from gpar_bo.tuning.loop import EpochBudget, tune
 from gpar_bo.tuning.session import trained_epochs_by_trial
 from gpar_bo.tuning.snapshot import load_snapshot, save_snapshot
 from gpar_bo.cli import build_parser, main
+from tests.fork_server import ForkServer
 
 #: The loop's machinery, not the quality of its fits, is under test: small fitting and
 #: acquisition budgets.
@@ -44,7 +43,7 @@ def _curves(experiment) -> dict[int, list[float]]:
 
 
 @pytest.mark.long
-def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path) -> None:
+def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path, fork_server: ForkServer) -> None:
     out = tmp_path / "out"
     script = tmp_path / "run.py"
     script.write_text(textwrap.dedent(f"""
@@ -56,13 +55,9 @@ def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path) -> Non
             tune(toy_problem({EPOCHS}, 0.15), sys.argv[1], 1000, scheduler="early-stopping", num_sobol_trials=4,
                  poll_seconds=0.2, progress=False, **{FAST!r})
     """))
-    # Its own session, so that killing it takes its workers down too (a crash).
-    # This checkout's package, not whichever one is installed.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(Path(__file__).resolve().parents[2]),
-         *filter(None, [os.environ.get("PYTHONPATH")])])}
-    process = subprocess.Popen([sys.executable, str(script), str(out)], start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    # Forked after the heavy imports (tests/fork_server.py), in a session of its own, so
+    # that killing it takes its workers down too (a crash).
+    process = fork_server.start(path=script, argv=[out], log=tmp_path / "tune.log", session=True)
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:

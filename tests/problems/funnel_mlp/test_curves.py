@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -25,6 +22,7 @@ from gpar_bo.problems.funnel_mlp import (
     sample_settings,
     to_unit_cube,
 )
+from tests.fork_server import ForkServer
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -144,15 +142,14 @@ def test_cli_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert not (tmp_path / "c.csv").exists()
 
 
-def test_cli_survives_kill_9(tmp_path: Path) -> None:
+def test_cli_survives_kill_9(tmp_path: Path, fork_server: ForkServer) -> None:
     """``kill -9`` mid-run, then the same command: every setting once, finished rows unchanged."""
     out = tmp_path / "out" / "c.csv"
     argv = ["generate-funnel-curves", "--out", str(out), "--dataset", "breast_cancer",
             "--n-settings", "15", "--seed", "3", "--epochs", "3", "--max-examples", "60",
             "--no-progress"]
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    child = subprocess.Popen([sys.executable, "-m", "gpar_bo.cli", *argv], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # Forked after the heavy imports (tests/fork_server.py), as `python -m gpar_bo.cli`.
+    child = fork_server.start(module="gpar_bo.cli", argv=argv, log=tmp_path / "cli.log")
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and child.poll() is None:

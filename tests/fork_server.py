@@ -1,0 +1,211 @@
+"""Processes forked from one that imported torch, BoTorch, Ax and this package once.
+
+``python SCRIPT`` pays several seconds of CPU for those imports before it does anything,
+and the examples and the tests that kill or race real tuning processes start many such
+processes. A server, started once per test worker, imports them and then forks one child
+per request. The child runs a script (as ``python PATH ARGS`` would: its folder first on
+``sys.path``) or a module (as ``python -m MODULE ARGS``) as ``__main__``, in the
+request's working directory, with the request's extra environment variables and its
+output in the request's log file; in a session of its own if asked, so that killing its
+process group takes its workers down too. It ends with the script's exit status. Nothing
+of one child reaches the next.
+
+Protocol: one JSON request per line on the server's stdin, ``{"path" or "module", "argv",
+"cwd", "log", "env", "session"}``. The server answers each with ``{"pid": PID}`` once the
+child runs, and says ``{"exit": PID, "code": STATUS}`` when it ends.
+:class:`ForkServer` is the tests' side of it: ``start`` returns a :class:`Forked`, which
+answers what the tests ask of a ``subprocess.Popen``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import queue
+import runpy
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Forked:
+    """A child of the server: its ``pid`` and, once it ended, its ``returncode``."""
+
+    def __init__(self, server: ForkServer, pid: int, log: Path) -> None:
+        self.server, self.pid, self.log = server, pid, log
+
+    @property
+    def returncode(self) -> int | None:
+        return self.server.exit_codes.get(self.pid)
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """The exit status, once the child ended; ``subprocess.TimeoutExpired`` after
+        ``timeout`` seconds."""
+        with self.server.ended:
+            if not self.server.ended.wait_for(lambda: self.returncode is not None, timeout):
+                raise subprocess.TimeoutExpired(f"forked child {self.pid}", timeout)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, sig)
+
+    def output(self) -> str:
+        """What the child wrote to its log."""
+        return self.log.read_text() if self.log.exists() else ""
+
+
+class ForkServer:
+    """The server process and the thread that reads its answers."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.fork_server"], cwd=ROOT, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            start_new_session=True,  # so that a kill takes its children down too
+            # One thread, as CI sets it: small GP fits are much slower on oversubscribed
+            # cores. This checkout's package, not whichever one is installed (the
+            # children's own fresh interpreters, e.g. multiprocessing's, inherit it).
+            env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
+                [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])},
+        )
+        self.exit_codes: dict[int, int] = {}
+        self.ended = threading.Condition()
+        self._pids: queue.Queue[int | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            message = json.loads(line)
+            if "pid" in message:
+                self._pids.put(message["pid"])
+            else:
+                with self.ended:
+                    self.exit_codes[message["exit"]] = message["code"]
+                    self.ended.notify_all()
+        self._pids.put(None)  # the server ended
+
+    def start(self, *, path: Path | None = None, module: str | None = None,
+              argv: list[str] = (), cwd: Path = ROOT, log: Path, env: dict[str, str] | None = None,
+              session: bool = False) -> Forked:
+        """Run the script ``path`` or the module ``module`` in a forked child (see the
+        module docstring); its output goes to ``log``."""
+        if (path is None) == (module is None):
+            raise ValueError("Give a script path or a module name.")
+        if self.process.poll() is not None:
+            raise RuntimeError(f"the fork server ended ({self.process.returncode})")
+        request = {"argv": [str(a) for a in argv], "cwd": str(cwd), "log": str(log),
+                   "env": env or {}, "session": session,
+                   **({"path": str(path)} if path is not None else {"module": module})}
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        pid = self._pids.get(timeout=120)
+        if pid is None:
+            raise RuntimeError(f"the fork server ended ({self.process.wait()})")
+        return Forked(self, pid, Path(log))
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+
+
+# ------------------------------------------------------------------ the server
+def _run(request: dict) -> int:
+    """In the forked child: run the script or module; return its exit status."""
+    try:
+        os.chdir(request["cwd"])
+        if "module" in request:
+            sys.argv = [request["module"], *request["argv"]]
+            sys.path.insert(0, request["cwd"])  # as ``python -m`` puts the working folder first
+            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = [request["path"], *request["argv"]]
+            # As ``python PATH`` puts the script's folder first (runpy.run_path does not):
+            # tune_your_job.py's workers import it by name.
+            sys.path.insert(0, os.path.dirname(request["path"]))
+            runpy.run_path(request["path"], run_name="__main__")
+        return 0
+    except SystemExit as exit_:
+        if exit_.code is None or isinstance(exit_.code, int):
+            return exit_.code or 0
+        print(exit_.code, file=sys.stderr)  # sys.exit("message"), as Python shows it
+        return 1
+    except BaseException:
+        traceback.print_exc()
+        return 1
+
+
+def _child(request: dict) -> None:
+    """The forked child's whole life: never returns."""
+    code = 1
+    try:
+        if request["session"]:
+            os.setsid()
+        os.environ.update(request["env"])
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # not the server's requests
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        code = _run(request)
+        # What interpreter exit does: join non-daemon threads, then atexit.
+        threading._shutdown()  # type: ignore[attr-defined]
+        atexit._run_exitfuncs()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def main() -> None:
+    import ax  # noqa: F401  the imports the children share, paid once
+    import botorch  # noqa: F401
+    import torch  # noqa: F401
+
+    import gpar_bo.ax  # noqa: F401
+    import gpar_bo.tuning.loop  # noqa: F401
+
+    # The reaper and the forks take turns on stdout: a child forked while the reaper
+    # held stdout's lock would inherit it held.
+    lock = threading.Lock()
+
+    def say(message: dict) -> None:
+        with lock:
+            sys.stdout.write(json.dumps(message) + "\n")
+            sys.stdout.flush()
+
+    def reap() -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, 0)
+            except ChildProcessError:  # no child right now
+                time.sleep(0.02)
+                continue
+            say({"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+
+    threading.Thread(target=reap, daemon=True).start()
+    for line in sys.stdin:
+        request = json.loads(line)
+        with lock:
+            pid = os.fork()
+            if pid == 0:
+                _child(request)
+            sys.stdout.write(json.dumps({"pid": pid}) + "\n")
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
