@@ -209,13 +209,17 @@ def test_sql_round_trip_keeps_the_gpar_node(tmp_path: Path) -> None:
     client.set_generation_strategy(
         gpar_generation_strategy(EPOCHS, metric_name="error", num_sobol_trials=4, seed=0, **FAST))
     run_sobol(client)
-    (partial, parameters), = client.get_next_trials(max_trials=1).items()
+    # A running trial with a prefix, attached (the GPAR node is stored; generating with
+    # it before the round trip as well would only cost time).
+    parameters = {"x1": 0.5, "x2": 0.5}
+    partial = client.attach_trial(parameters)
     report(client, partial, parameters, upto=2)
 
     restored = Client.load_from_database("toy_curves_sql", storage_config=StorageConfig(url=url))
-    assert restored._generation_strategy.current_node_name == "GPAR"
+    assert [node.name for node in restored._generation_strategy._nodes] == ["Sobol", "GPAR"]
     assert len(restored._experiment.lookup_data().full_df) == 4 * len(EPOCHS) + 2
     (index, _), = restored.get_next_trials(max_trials=1).items()
+    assert restored._generation_strategy.current_node_name == "GPAR"
     assert restored._experiment.trials[index].generator_runs[0]._generation_node_name == "GPAR"
     assert fitted_model(restored).gpar.train_X.shape[0] == 5  # the prefix came back too
 
