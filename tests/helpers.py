@@ -16,6 +16,13 @@ from gpar_bo.synthetic import learning_curves
 
 EPOCHS = [1, 5, 11, 16, 21]
 
+#: Small fitting and acquisition budgets for the Ax and tuning tests, whose plumbing, not the
+#: quality of GPAR's fits, is under test (``gpar_generation_strategy``'s and ``tune``'s).
+FAST_GPAR = {
+    "fit_kwargs": {"optimizer_kwargs": {"options": {"maxiter": 20}}},
+    "acqf_optimizer_kwargs": {"num_restarts": 1, "raw_samples": 32, "options": {"maxiter": 15}},
+}
+
 #: The dtypes the core tests run in.
 DTYPES = [torch.float64, torch.float32]
 #: The loosest tolerances a float32 comparison gets (float64 ones keep their own).

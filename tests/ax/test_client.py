@@ -11,10 +11,9 @@ from ax.api.configs import RangeParameterConfig
 from gpar_bo.ax import GPARClient, gpar_generation_strategy
 from gpar_bo.data import TooFewObservationsError
 from gpar_bo.synthetic import learning_curves
+from tests.helpers import FAST_GPAR as FAST
 
 EPOCHS = [1, 2, 4]
-FAST = {"fit_kwargs": {"optimizer_kwargs": {"options": {"maxiter": 20}}},
-        "acqf_optimizer_kwargs": {"num_restarts": 1, "raw_samples": 32, "options": {"maxiter": 15}}}
 
 
 def _client_with_two_complete_curves() -> tuple[GPARClient, dict[int, float]]:

@@ -15,13 +15,9 @@ from gpar_bo.ax import GPARCurveModel, gpar_generation_strategy
 from gpar_bo.curve_model import LogIncrements, curve_model_options
 from gpar_bo.measurement import BinomialNoise, GaussianNoise
 from gpar_bo.synthetic import learning_curves
+from tests.helpers import FAST_GPAR as FAST
 
 EPOCHS = [1, 2, 4, 8, 16]
-# Small optimiser budgets keep each GPAR generation short: the Ax plumbing is under test.
-FAST = {
-    "fit_kwargs": {"optimizer_kwargs": {"options": {"maxiter": 20}}},
-    "acqf_optimizer_kwargs": {"num_restarts": 1, "raw_samples": 32, "options": {"maxiter": 15}},
-}
 
 
 def make_client(metric_name: str | None = "error", checkpoints=EPOCHS, **kwargs) -> Client:

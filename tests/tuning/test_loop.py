@@ -27,13 +27,8 @@ from gpar_bo.tuning.session import trained_epochs_by_trial
 from gpar_bo.tuning.snapshot import load_snapshot, save_snapshot
 from gpar_bo.cli import build_parser, main
 from tests.fork_server import ForkServer
+from tests.helpers import FAST_GPAR as FAST
 
-#: The loop's machinery, not the quality of its fits, is under test: small fitting and
-#: acquisition budgets.
-FAST = {
-    "fit_kwargs": {"optimizer_kwargs": {"options": {"maxiter": 20}}},
-    "acqf_optimizer_kwargs": {"num_restarts": 1, "raw_samples": 32, "options": {"maxiter": 15}},
-}
 EPOCHS = 4
 
 

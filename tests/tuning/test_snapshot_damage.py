@@ -15,6 +15,7 @@ from gpar_bo.cli import main
 from gpar_bo.problems.toy import toy_problem
 from gpar_bo.tuning.loop import tune
 from gpar_bo.tuning.snapshot import load_snapshot
+from tests.helpers import FAST_GPAR as FAST
 
 EPOCHS = 3
 
@@ -105,8 +106,10 @@ def test_without_a_good_copy_the_run_is_rebuilt_from_its_progress_files(
 
     with pytest.raises(SnapshotDamaged, match="rebuild the experiment from the 3 progress"):
         tune(toy_problem(EPOCHS), out, 100, scheduler="early-stopping", num_sobol_trials=3, progress=False, max_trials=3)
+    # The fourth trial is GPAR's: small fitting and acquisition budgets (the rebuild is
+    # under test, not the fit).
     report = tune(toy_problem(EPOCHS), out, 100, scheduler="early-stopping", num_sobol_trials=3, progress=False,
-                  max_trials=4, recover=True)
+                  max_trials=4, recover=True, **FAST)
     rebuilt, rebuilt_steps = _curves(out)
     assert {i: rebuilt[i] for i in trials} == trials and len(rebuilt) == 4
     assert {i: rebuilt_steps[i] for i in steps} == steps
