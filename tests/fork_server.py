@@ -11,8 +11,10 @@ process group takes its workers down too. It ends with the script's exit status.
 of one child reaches the next.
 
 Protocol: one JSON request per line on the server's stdin, ``{"path" or "module", "argv",
-"cwd", "log", "env", "session"}``. The server answers each with ``{"pid": PID}`` once the
-child runs, and says ``{"exit": PID, "code": STATUS}`` when it ends.
+"cwd", "log", "env", "session", "request"}``. The server answers each with ``{"request":
+N, "pid": PID}`` once the child runs, and says ``{"exit": PID, "code": STATUS}`` when it
+ends. It reaps each child as soon as it ends (``subprocess.Popen`` keeps it until asked),
+so ``Forked.kill_group`` ignores a group that is gone.
 :class:`ForkServer` is the tests' side of it: ``start`` returns a :class:`Forked`, which
 answers what the tests ask of a ``subprocess.Popen``.
 """
@@ -20,6 +22,8 @@ answers what the tests ask of a ``subprocess.Popen``.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import itertools
 import json
 import os
 import queue
@@ -40,10 +44,7 @@ class Forked:
 
     def __init__(self, server: ForkServer, pid: int, log: Path) -> None:
         self.server, self.pid, self.log = server, pid, log
-
-    @property
-    def returncode(self) -> int | None:
-        return self.server.exit_codes.get(self.pid)
+        self.returncode: int | None = None  # set by the server's reader when it ends
 
     def poll(self) -> int | None:
         return self.returncode
@@ -52,13 +53,24 @@ class Forked:
         """The exit status, once the child ended; ``subprocess.TimeoutExpired`` after
         ``timeout`` seconds."""
         with self.server.ended:
-            if not self.server.ended.wait_for(lambda: self.returncode is not None, timeout):
-                raise subprocess.TimeoutExpired(f"forked child {self.pid}", timeout)
+            ended = self.server.ended.wait_for(
+                lambda: self.returncode is not None or self.server.dead, timeout)
+        if self.returncode is None:
+            if ended:
+                raise RuntimeError(f"the fork server ended before its child {self.pid}")
+            raise subprocess.TimeoutExpired(f"forked child {self.pid}", timeout)
         return self.returncode
 
     def send_signal(self, sig: int) -> None:
         if self.returncode is None:
-            os.kill(self.pid, sig)
+            with contextlib.suppress(ProcessLookupError):  # it ended just now
+                os.kill(self.pid, sig)
+
+    def kill_group(self) -> None:
+        """SIGKILL to the child's process group (it ran in a session of its own):
+        the child and whatever it started that is still there, if anything is."""
+        with contextlib.suppress(ProcessLookupError):  # all of it ended already
+            os.killpg(self.pid, signal.SIGKILL)
 
     def output(self) -> str:
         """What the child wrote to its log."""
@@ -79,21 +91,32 @@ class ForkServer:
             env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
                 [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])},
         )
-        self.exit_codes: dict[int, int] = {}
-        self.ended = threading.Condition()
-        self._pids: queue.Queue[int | None] = queue.Queue()
+        self.dead = False  # the server ended
+        self.ended = threading.Condition()  # guards the three below
+        self.children: list[tuple[Forked, bool]] = []  # and whether each has a session
+        self._running: dict[int, Forked] = {}  # by pid (the server reaps: pids get reused)
+        self._early: dict[int, int] = {}  # exit statuses read before start() took the pid
+        self._requests = itertools.count()
+        self._pids: queue.Queue[tuple[int, int] | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
         for line in self.process.stdout:
             message = json.loads(line)
             if "pid" in message:
-                self._pids.put(message["pid"])
+                self._pids.put((message["request"], message["pid"]))
             else:
                 with self.ended:
-                    self.exit_codes[message["exit"]] = message["code"]
+                    child = self._running.pop(message["exit"], None)
+                    if child is None:  # it ended before start() returned it
+                        self._early[message["exit"]] = message["code"]
+                    else:
+                        child.returncode = message["code"]
                     self.ended.notify_all()
-        self._pids.put(None)  # the server ended
+        with self.ended:
+            self.dead = True
+            self.ended.notify_all()
+        self._pids.put(None)
 
     def start(self, *, path: Path | None = None, module: str | None = None,
               argv: list[str] = (), cwd: Path = ROOT, log: Path, env: dict[str, str] | None = None,
@@ -104,17 +127,36 @@ class ForkServer:
             raise ValueError("Give a script path or a module name.")
         if self.process.poll() is not None:
             raise RuntimeError(f"the fork server ended ({self.process.returncode})")
-        request = {"argv": [str(a) for a in argv], "cwd": str(cwd), "log": str(log),
-                   "env": env or {}, "session": session,
+        number = next(self._requests)
+        request = {"request": number, "argv": [str(a) for a in argv], "cwd": str(cwd),
+                   "log": str(log), "env": env or {}, "session": session,
                    **({"path": str(path)} if path is not None else {"module": module})}
         self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
-        pid = self._pids.get(timeout=120)
-        if pid is None:
-            raise RuntimeError(f"the fork server ended ({self.process.wait()})")
-        return Forked(self, pid, Path(log))
+        while True:  # the answer to this request (an earlier one may have timed out)
+            answer = self._pids.get(timeout=120)
+            if answer is None:
+                raise RuntimeError(f"the fork server ended ({self.process.wait()})")
+            if answer[0] == number:
+                break
+        child = Forked(self, answer[1], Path(log))
+        with self.ended:
+            self.children.append((child, session))
+            if child.pid in self._early:
+                child.returncode = self._early.pop(child.pid)
+            else:
+                self._running[child.pid] = child
+        return child
 
     def close(self) -> None:
+        """Kill the children still running (a failed test may leave one), then end the
+        server."""
+        for child, session in self.children:
+            if child.returncode is None:
+                if session:
+                    child.kill_group()
+                else:
+                    child.send_signal(signal.SIGKILL)
         if self.process.poll() is None:
             self.process.stdin.close()
             try:
@@ -203,7 +245,7 @@ def main() -> None:
             pid = os.fork()
             if pid == 0:
                 _child(request)
-            sys.stdout.write(json.dumps({"pid": pid}) + "\n")
+            sys.stdout.write(json.dumps({"request": request["request"], "pid": pid}) + "\n")
             sys.stdout.flush()
 
 

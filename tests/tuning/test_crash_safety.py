@@ -112,7 +112,7 @@ def test_kill_9_at_any_moment_loses_nothing(tmp_path: Path, fork_server: ForkSer
     # 1. The group, right as a job starts: the first progress file after trial 1's.
     process = _start(fork_server, out, 100)
     _wait_for(lambda: 2 in _files(out), process, "trial 2 started")
-    os.killpg(process.pid, signal.SIGKILL)
+    process.kill_group()
     process.wait()
     recorded = _files(out)
 
@@ -121,7 +121,7 @@ def test_kill_9_at_any_moment_loses_nothing(tmp_path: Path, fork_server: ForkSer
     known = set(recorded)
     _wait_for(lambda: set(_files(out)) - known, process, "a new trial after resuming")
     time.sleep(rng.uniform(0.0, 2.0))
-    os.kill(process.pid, signal.SIGKILL)
+    process.send_signal(signal.SIGKILL)
     process.wait()
     # Its workers exit by themselves (exit_with_parent) once it is gone.
     workers = {read_job(path).started["pid"] for path in (out / "runs").glob("trial_*.jsonl")

@@ -4,8 +4,6 @@ runs outlive the budget, and the same holds on a dask cluster."""
 
 from __future__ import annotations
 
-import os
-import signal
 import textwrap
 import time
 from collections.abc import Callable
@@ -65,7 +63,7 @@ def test_kill_9_then_rerun_resumes_paused_and_interrupted_runs_within_the_budget
         else:
             pytest.fail("the tuning process paused no run")
     finally:
-        os.killpg(process.pid, signal.SIGKILL)
+        process.kill_group()
         process.wait()
     time.sleep(1.5)  # the workers notice their parent is gone (exit_with_parent)
     before, _ = load_snapshot(out / "snapshot.json")

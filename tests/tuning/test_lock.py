@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import time
 from pathlib import Path
 
@@ -42,7 +41,7 @@ def test_a_second_process_is_refused_and_a_killed_holders_lock_taken_over(
             second.wait(timeout=300)
         finally:
             if second.poll() is None:
-                os.killpg(second.pid, signal.SIGKILL)
+                second.kill_group()
         err = _log(second)
         assert second.returncode == 3, err[-3000:]
         assert f"pid {first.pid}" in err and "in use by another" in err
@@ -53,7 +52,7 @@ def test_a_second_process_is_refused_and_a_killed_holders_lock_taken_over(
         assert not [p for p in (out / "runs").glob("*.verdict")
                     if INTERRUPTED in p.read_text()]
     finally:
-        os.killpg(first.pid, signal.SIGKILL)
+        first.kill_group()
         first.wait()
 
     from gpar_bo.tuning.lock import LOCK_OWNER, DirectoryLock

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
 import textwrap
 import time
 from pathlib import Path
@@ -66,7 +64,7 @@ def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path, fork_s
         else:
             pytest.fail("the tuning process did not get going")
     finally:
-        os.killpg(process.pid, signal.SIGKILL)
+        process.kill_group()
         process.wait()
     before, _ = load_snapshot(out / "snapshot.json")
     completed = {i for i, t in before.trials.items() if t.status == TrialStatus.COMPLETED}
