@@ -5,13 +5,12 @@ and the examples and the tests that kill or race real tuning processes start man
 processes. A server, started once per test worker, imports them and then forks one child
 per request. The child runs a script (as ``python PATH ARGS`` would: its folder first on
 ``sys.path``) or a module (as ``python -m MODULE ARGS``) as ``__main__``, in the
-request's working directory, with the request's extra environment variables and its
-output in the request's log file; in a session of its own if asked, so that killing its
-process group takes its workers down too. It ends with the script's exit status. Nothing
-of one child reaches the next.
+request's working directory, with its output in the request's log file, in a session of
+its own (so that killing its process group takes its workers down too). It ends with the
+script's exit status. Nothing of one child reaches the next.
 
 Protocol: one JSON request per line on the server's stdin, ``{"path" or "module", "argv",
-"cwd", "log", "env", "session", "request"}``. The server answers each with ``{"request":
+"cwd", "log", "request"}``. The server answers each with ``{"request":
 N, "pid": PID}`` once the child runs, and says ``{"exit": PID, "code": STATUS}`` when it
 ends. It reaps each child as soon as it ends (``subprocess.Popen`` keeps it until asked),
 so ``Forked.kill_group`` ignores a group that is gone.
@@ -67,8 +66,8 @@ class Forked:
                 os.kill(self.pid, sig)
 
     def kill_group(self) -> None:
-        """SIGKILL to the child's process group (it ran in a session of its own):
-        the child and whatever it started that is still there, if anything is."""
+        """SIGKILL to the child's process group (its session's): the child and whatever
+        it started that is still there, if anything is."""
         with contextlib.suppress(ProcessLookupError):  # all of it ended already
             os.killpg(self.pid, signal.SIGKILL)
 
@@ -92,8 +91,7 @@ class ForkServer:
                 [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])},
         )
         self.dead = False  # the server ended
-        self.ended = threading.Condition()  # guards the three below
-        self.children: list[tuple[Forked, bool]] = []  # and whether each has a session
+        self.ended = threading.Condition()  # guards the two below
         self._running: dict[int, Forked] = {}  # by pid (the server reaps: pids get reused)
         self._early: dict[int, int] = {}  # exit statuses read before start() took the pid
         self._requests = itertools.count()
@@ -119,8 +117,7 @@ class ForkServer:
         self._pids.put(None)
 
     def start(self, *, path: Path | None = None, module: str | None = None,
-              argv: list[str] = (), cwd: Path = ROOT, log: Path, env: dict[str, str] | None = None,
-              session: bool = False) -> Forked:
+              argv: list[str] = (), cwd: Path = ROOT, log: Path) -> Forked:
         """Run the script ``path`` or the module ``module`` in a forked child (see the
         module docstring); its output goes to ``log``."""
         if (path is None) == (module is None):
@@ -129,7 +126,7 @@ class ForkServer:
             raise RuntimeError(f"the fork server ended ({self.process.returncode})")
         number = next(self._requests)
         request = {"request": number, "argv": [str(a) for a in argv], "cwd": str(cwd),
-                   "log": str(log), "env": env or {}, "session": session,
+                   "log": str(log),
                    **({"path": str(path)} if path is not None else {"module": module})}
         self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
@@ -141,7 +138,6 @@ class ForkServer:
                 break
         child = Forked(self, answer[1], Path(log))
         with self.ended:
-            self.children.append((child, session))
             if child.pid in self._early:
                 child.returncode = self._early.pop(child.pid)
             else:
@@ -151,12 +147,13 @@ class ForkServer:
     def close(self) -> None:
         """Kill the children still running (a failed test may leave one), then end the
         server."""
-        for child, session in self.children:
-            if child.returncode is None:
-                if session:
-                    child.kill_group()
-                else:
-                    child.send_signal(signal.SIGKILL)
+        with self.ended:
+            running = list(self._running.values())
+        for child in running:
+            child.kill_group()
+        for child in running:  # reported before the server goes
+            with contextlib.suppress(subprocess.TimeoutExpired, RuntimeError):
+                child.wait(timeout=10)
         if self.process.poll() is None:
             self.process.stdin.close()
             try:
@@ -172,12 +169,13 @@ def _run(request: dict) -> int:
         os.chdir(request["cwd"])
         if "module" in request:
             sys.argv = [request["module"], *request["argv"]]
-            sys.path.insert(0, request["cwd"])  # as ``python -m`` puts the working folder first
+            # As ``python -m`` puts the working folder first (this child's path only).
+            sys.path.insert(0, request["cwd"])
             runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
         else:
             sys.argv = [request["path"], *request["argv"]]
             # As ``python PATH`` puts the script's folder first (runpy.run_path does not):
-            # tune_your_job.py's workers import it by name.
+            # tune_your_job.py's workers import it by name (this child's path only).
             sys.path.insert(0, os.path.dirname(request["path"]))
             runpy.run_path(request["path"], run_name="__main__")
         return 0
@@ -191,13 +189,14 @@ def _run(request: dict) -> int:
         return 1
 
 
-def _child(request: dict) -> None:
-    """The forked child's whole life: never returns."""
+def _child(request: dict, ready: int) -> None:
+    """The forked child's whole life: never returns. It writes to ``ready`` once it has
+    its session, so that its pid is not handed out before its process group exists."""
     code = 1
     try:
-        if request["session"]:
-            os.setsid()
-        os.environ.update(request["env"])
+        os.setsid()
+        os.write(ready, b"1")
+        os.close(ready)
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # not the server's requests
         os.dup2(log, 1)
@@ -242,9 +241,14 @@ def main() -> None:
     for line in sys.stdin:
         request = json.loads(line)
         with lock:
+            ready, has_session = os.pipe()
             pid = os.fork()
             if pid == 0:
-                _child(request)
+                os.close(ready)
+                _child(request, has_session)
+            os.close(has_session)
+            os.read(ready, 1)  # empty if it died first: its pid is still the answer
+            os.close(ready)
             sys.stdout.write(json.dumps({"request": request["request"], "pid": pid}) + "\n")
             sys.stdout.flush()
 

@@ -8,7 +8,6 @@ from code that CI runs.
 from __future__ import annotations
 
 import re
-import signal
 import subprocess
 from pathlib import Path
 
@@ -56,6 +55,6 @@ def test_example_runs(example: str, tmp_path: Path, fork_server: ForkServer) -> 
     try:
         status = child.wait(timeout=600)
     except subprocess.TimeoutExpired:
-        child.send_signal(signal.SIGKILL)
+        child.kill_group()  # and the workers it started
         pytest.fail(f"{example} did not end within 600 s:\n" + child.output()[-3000:])
     assert status == 0, f"{example} exited with {status}:\n" + child.output()[-3000:]

@@ -40,7 +40,6 @@ from gpar_bo.tuning.snapshot import load_snapshot
 from tests.fork_server import Forked, ForkServer
 from tests.tuning.scripts import LIGHT
 
-ROOT = Path(__file__).resolve().parents[2]
 EPOCHS = LIGHT["min_epochs"]  # epochs of a trial (none is stopped before its last)
 SECONDS = 0.15
 SEED = 20240611  # the random kill moment; printed on failure to reproduce
@@ -51,7 +50,7 @@ def _start(server: ForkServer, out: Path, max_trials: int, *extra: str) -> Forke
     # Its own session, so that killing its process group takes its workers down too.
     return server.start(module="tests.tuning.scripts",
                         argv=[out, max_trials, EPOCHS, SECONDS, *extra],
-                        log=out.parent / f"tune-{time.monotonic_ns()}.log", session=True)
+                        log=out.parent / f"tune-{time.monotonic_ns()}.log")
 
 
 def _log(process: Forked) -> str:

@@ -47,7 +47,7 @@ def test_kill_9_then_rerun_resumes_paused_and_interrupted_runs_within_the_budget
     """))
     # Forked after the heavy imports (tests/fork_server.py), in a session of its own, so
     # that killing it takes its workers down too (a crash).
-    process = fork_server.start(path=script, argv=[out], log=tmp_path / "tune.log", session=True)
+    process = fork_server.start(path=script, argv=[out], log=tmp_path / "tune.log")
     try:
         # Generous, as in test_crash_safety: on a loaded 2-core machine the process and
         # its workers take a minute to start.

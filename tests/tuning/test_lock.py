@@ -17,7 +17,7 @@ from tests.fork_server import Forked, ForkServer
 def _start(server: ForkServer, out: Path, max_trials: int) -> Forked:
     # Forked after the heavy imports (tests/fork_server.py); its log goes to a file.
     return server.start(module="tests.tuning.scripts", argv=[out, max_trials, 4, 0.5],
-                        log=out.parent / f"tune-{time.monotonic_ns()}.log", session=True)
+                        log=out.parent / f"tune-{time.monotonic_ns()}.log")
 
 
 def _log(process: Forked) -> str:

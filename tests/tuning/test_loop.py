@@ -50,7 +50,7 @@ def test_resume_after_a_crash_keeps_every_completed_trial(tmp_path: Path, fork_s
     """))
     # Forked after the heavy imports (tests/fork_server.py), in a session of its own, so
     # that killing it takes its workers down too (a crash).
-    process = fork_server.start(path=script, argv=[out], log=tmp_path / "tune.log", session=True)
+    process = fork_server.start(path=script, argv=[out], log=tmp_path / "tune.log")
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
