@@ -35,8 +35,20 @@ so they are where its errors matter: a predictive whose mean is off by more than
 runs paused, and their finals then fall below its interval. For a predictive that is the
 true conditional distribution given the data, choosing runs by the data does not change
 the 2.5 % (the choice is a function of the data the predictive conditions on); for an
-over-confident one, it concentrates the misses in the paused runs.
+over-confident one, it concentrates the misses in the paused runs. The table's best
+settings are another matter: they are picked by their outcome, so even a calibrated
+predictive puts many of them in its lower tail.
 
+``--steps N`` asks where the misses arise (``step_pits``): for the table's best settings
+left paused and N other paused runs per seed, the probability integral transform of the
+final given the observed prefix and of each later checkpoint's log-error increment given
+the run's true errors before it (the end-of-run model's hyperparameters, one step at a
+time). Calibrated one-step predictions with a miscalibrated final point at how the steps
+compound along a path (errors that persist within a run), not at one conditional.
+
+    python -m benchmarks.missed_promotions --tables dev_classification dev_mnist_study --seeds 8 \
+        --runs benchmarks/results/freeze_thaw_dev/freeze_thaw_runs.jsonl --steps 6 \
+        --out benchmarks/results/missed_promotions_dev
     python -m benchmarks.missed_promotions --method gpar_freeze_thaw_point --models point measured
     python -m benchmarks.missed_promotions --quick      # a tiny table, for the tests
 """
@@ -61,8 +73,9 @@ from benchmarks.freeze_thaw_study import (
     CANDIDATES, REFERENCE, budget_of, canonical_table, load_runs, make_problem,
 )
 from benchmarks.report import RESULTS, command_line, markdown_table, write_results
-from gpar_bo.curve_model import curve_model_options, floor_zeros
-from gpar_bo.freeze_thaw import FreezeThawPolicy
+from gpar_bo import GPARModel
+from gpar_bo.curve_model import curve_model_options, floor_zeros, resolve_gpar_options, to_increments
+from gpar_bo.freeze_thaw import FreezeThawIndex, FreezeThawPolicy
 
 #: Draws from each path's log-normal (``final_error_samples``): 128 paths x 8 draws.
 NUM_DRAWS = 8
@@ -156,6 +169,94 @@ def paused_predictions(trace: dict, problem: TabularProblem, model: str = "polic
             "incumbent": incumbent,
         })
     return out
+
+
+def step_pits(trace: dict, problem: TabularProblem, others: int) -> list[dict]:
+    r"""Where paused runs' errors fall in the policy's predictive, one checkpoint at a time.
+
+    At the end of ``trace`` (as ``paused_predictions`` rebuilds it), for the table's
+    ``TOP`` best settings left paused and ``others`` other paused runs (drawn with the
+    run's seed): the probability integral transform (PIT, the predictive's CDF at the
+    truth) of the final log error given the observed prefix (``FreezeThawIndex``'s
+    mixture over paths, as the policy predicts it), and of each later log-error
+    increment given the run's *true* errors up to the checkpoint before (the same
+    hyperparameters, the run's row extended: one step, teacher-forced). A calibrated
+    predictive gives uniform PITs. Where the one-step PITs are nearly uniform and the
+    final's are not, the misses come from how the steps add up along a path, not
+    from any one conditional.
+
+    Returns:
+        One dict per run: ``setting``, ``best`` (among the table's ``TOP`` best),
+        ``observed`` checkpoints, ``final`` PIT and ``steps`` (the one-step PITs of
+        checkpoints ``observed + 1 .. M``, in order). Empty if fewer than two runs
+        finished.
+    """
+    settings, Y, paused = end_state(trace, problem)
+    reported = ~Y[:, 0].isnan()  # the rows of the policy's model, in order
+    settings, Y, paused = settings[reported.numpy()], Y[reported], paused[reported]
+    finished = ~Y[:, -1].isnan()
+    if int(finished.sum()) < 2 or not bool(paused.any()):
+        return []
+    X = problem.X[settings]
+    policy = FreezeThawPolicy(problem.checkpoints, seed=int(trace["seed"]))
+    model = policy.model(X, Y)
+    final = problem.error[:, -1]
+    best = set(final.argsort()[:TOP].tolist())
+    rows = paused.nonzero().squeeze(-1).tolist()
+    top = [r for r in rows if int(settings[r]) in best]
+    rest = [r for r in rows if int(settings[r]) not in best]
+    generator = torch.Generator().manual_seed(int(trace["seed"]))
+    rest = [rest[i] for i in torch.randperm(len(rest), generator=generator)[:others].tolist()]
+    chosen = torch.tensor(top + rest, dtype=torch.long)
+    observed = (~Y.isnan()).sum(-1)
+    epochs = torch.tensor(problem.checkpoints, dtype=X.dtype)
+    incumbent = float(floor_zeros(Y)[finished, -1].min())
+    index = FreezeThawIndex(model, epochs, incumbent, policy.num_samples, seed=policy.seed,
+                            latent_paths=policy.latent_paths)
+    truth = floor_zeros(problem.error[:, torch.tensor(problem.checkpoints) - 1])[settings[chosen.numpy()]]
+    normal = torch.distributions.Normal(0.0, 1.0)
+    with torch.no_grad():
+        paths = index.final_paths(X[chosen], observed[chosen])
+        finals = normal.cdf((truth[:, -1].log() - paths.mean) / paths.variance.sqrt()).mean(0)
+        increments = to_increments(truth.log())
+        out = []
+        for j, row in enumerate(chosen.tolist()):
+            steps = []
+            for m in range(int(observed[row]), Y.shape[-1]):
+                longer = Y.clone()
+                longer[row, :m] = truth[j, :m]
+                extended = GPARModel(X, longer, output_names=list(problem.checkpoints),
+                                    **resolve_gpar_options(policy.gpar_options))
+                extended.load_state_dict(model.state_dict(), strict=False, keep_transforms=False)
+                shape = torch.Size([policy.num_samples])
+                base = torch.randn(*shape, 1, m + 1, generator=generator, dtype=X.dtype)
+                _, means, variances = extended.eval().modelled_posterior(
+                    X[row : row + 1], [*range(m + 1)], observation_noise=True
+                ).rsample_with_conditionals(shape, base)
+                z = (increments[j, m] - means[..., m]) / variances[..., m].sqrt()
+                steps.append(float(normal.cdf(z).mean()))
+            out.append({"setting": int(settings[row]), "best": row in top,
+                        "observed": int(observed[row]), "final": float(finals[j]), "steps": steps})
+    return out
+
+
+def step_rows(table: str, per_seed: dict[int, list[dict]]) -> list[dict]:
+    """Per group of runs (the table's ``TOP`` best, the others drawn): the shares of
+    ``step_pits``'s PITs below 0.025 and above 0.975 (0.025 each if calibrated), for the
+    final given the observed prefix, the first unobserved checkpoint and the later ones
+    (each one step, given the true errors before it)."""
+    rows = []
+    for label, best in ((f"the table's {TOP} best, paused", True), ("other paused runs", False)):
+        runs = [r for by_seed in per_seed.values() for r in by_seed if r["best"] == best]
+        row: dict = {"table": table, "runs": label, "n": len(runs)}
+        for name, pits in (("final", [r["final"] for r in runs]),
+                           ("first_step", [r["steps"][0] for r in runs]),
+                           ("later_steps", [p for r in runs for p in r["steps"][1:]])):
+            row[f"{name}_below"] = sum(p < 0.025 for p in pits) / len(pits) if pits else math.nan
+            row[f"{name}_above"] = sum(p > 0.975 for p in pits) / len(pits) if pits else math.nan
+        row["later_steps_n"] = sum(len(r["steps"]) - 1 for r in runs)
+        rows.append(row)
+    return rows
 
 
 def unstarted_best(trace: dict, problem: TabularProblem, model: str = "policy") -> dict | None:
@@ -311,11 +412,17 @@ def main(argv: Sequence[str] | None = None) -> str:
                              "hyperparameters (the default before 2026-11-29); measured: point, told "
                              "the table's measurement noise")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--steps", type=int, default=0, metavar="N",
+                        help="also place paused runs' errors one checkpoint at a time (step_pits): "
+                             f"the table's {TOP} best left paused and N other paused runs per seed; "
+                             "0: not done")
     parser.add_argument("--quick", action="store_true",
                         help="simulate the policy on the study's tiny table (1 seed); no runs file")
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error(f"--seeds must be >= 1; got {args.seeds}")
+    if args.steps < 0:
+        parser.error(f"--steps must be >= 0; got {args.steps}")
     torch.set_num_threads(1)
     if args.quick:
         args.tables, args.seeds = ["quick"], 1
@@ -357,6 +464,11 @@ def main(argv: Sequence[str] | None = None) -> str:
         never = unstarted_best(traces[table][seed], problems[table], model)
         if never is not None:
             unstarted.append({"table": table, "model": model, "seed": seed, **never})
+    stepped: dict[str, dict[int, list[dict]]] = {}
+    if args.steps:
+        for table, seed in tqdm([(t, s) for t in args.tables for s in sorted(traces[t])],
+                                desc="one checkpoint at a time", unit="run"):
+            stepped.setdefault(table, {})[seed] = step_pits(traces[table][seed], problems[table], args.steps)
     counts, left = [], []
     for (table, model), per_seed in results.items():
         c, b = summary_rows(table, model, problems[table], per_seed)
@@ -384,11 +496,23 @@ def main(argv: Sequence[str] | None = None) -> str:
              "the best quarter, the runs the policy mostly continues; its later conditionals learn "
              "from them). Where Q2-Q4 spread much more than Q1, a model fitted on the continued "
              "runs is too sure about the paused ones.\n\n" + markdown_table(spreads, digits=3))
+    steps = [row for table, per_seed in stepped.items() for row in step_rows(table, per_seed)]
+    if steps:
+        body += ("\n\n## Where the misses arise: one checkpoint at a time (`--steps`)\n\n"
+                 "For the table's best settings left paused and a random draw of the other paused "
+                 "runs (`step_pits`, the policy's model only): the share of PITs below 0.025 and above "
+                 "0.975 (0.025 each if calibrated) of the final log error given the observed prefix "
+                 "(`final`), and of each later log-error increment given the run's true errors "
+                 "before it (`first_step`: the first checkpoint the run did not reach; "
+                 "`later_steps`: the others). The best settings are chosen by their outcome, so "
+                 "even a calibrated predictive puts many of them low; the other runs are "
+                 "chosen by the data the model saw.\n\n" + markdown_table(steps, digits=3))
     write_results(
         args.out, name, "Where the policy's model put the final errors of the runs it left paused",
         counts, command_line(argv), list(range(args.seeds)), notes=body,
         extra={"best_left_paused": left, "best_never_started": unstarted,
                "spread_by_first_quartile": spreads,
+               "one_checkpoint_at_a_time": {t: {str(s): r for s, r in by.items()} for t, by in stepped.items()},
                "top_paused": {f"{t} {m}": {str(s): [p for p in r if p["final_rank"] < TOP] for s, r in by.items()}
                               for (t, m), by in results.items()}},
     )

@@ -392,6 +392,30 @@ class FreezeThawPolicy:
         log_errors = paths.mean + paths.variance.clamp_min(0.0).sqrt() * normals
         return log_errors.exp().reshape(-1, len(rows))
 
+    def model(self, X: Tensor, Y: Tensor) -> GPARModel:
+        r"""The GPAR the policy decides with, on the runs that reported a value (e.g. to
+        look at its conditionals or predict checkpoint by checkpoint).
+
+        GPAR on log-error increments with the hyperparameters of the policy's last fit
+        (fitted now, and not kept, if it has none), as ``final_error_samples`` uses it.
+        Nothing the policy keeps changes.
+
+        Args:
+            X: ``n x d`` settings of every run started so far (as in ``decide``).
+            Y: ``n x M`` their values at the checkpoints, NaN after each prefix.
+
+        Returns:
+            An evaluated ``GPARModel`` on the rows of ``X`` and ``Y`` with at least one
+            observed value, in their order.
+
+        Raises:
+            ValueError: The curves are malformed (as in ``decide``), or no run reported a value.
+        """
+        reported = self._check_curves(X, Y)[:, 0]
+        if not bool(reported.any()):
+            raise ValueError("No run has reported a value: there is nothing to fit GPAR to.")
+        return self._model(X[reported], Y[reported], keep=False)[0]
+
     def start_indices(self, X: Tensor, Y: Tensor, candidates: Tensor) -> Tensor | None:
         r"""The index each candidate would have as a new setting, now (e.g. to see where the
         model ranks settings a search never started).

@@ -154,3 +154,29 @@ def test_spread_by_first_quartile_is_the_change_after_the_first_checkpoint() -> 
     change = factor.log()
     for q in range(4):
         assert spread[f"Q{q + 1}"] == pytest.approx(float(change[2 * q: 2 * q + 2].std()))
+
+
+def test_one_checkpoint_at_a_time_the_last_step_given_the_prefix_is_the_final(problem, quick_trace) -> None:
+    M = len(problem.checkpoints)
+    best = int(problem.error[:, -1].argmin())
+    trace = json.loads(json.dumps(quick_trace))  # the table's best paused one checkpoint before the end
+    for trial in trace["trials"]:
+        if trial["setting"] == best:
+            trial["epochs"] = problem.checkpoints[-2]
+    runs = mp.step_pits(trace, problem, others=1)
+    top = set(problem.error[:, -1].argsort()[: mp.TOP].tolist())
+    stopped = {t["setting"] for t in trace["trials"] if t["status"] == "stopped"}
+    assert len(runs) == 1 + len(top & stopped) and sum(not run["best"] for run in runs) == 1
+    for run in runs:
+        assert len(run["steps"]) == M - run["observed"]
+        assert run["best"] == (run["setting"] in top)
+        assert all(0 <= pit <= 1 for pit in (run["final"], *run["steps"]))
+        if run["observed"] == M - 1:  # given the whole prefix, the one step left is the final
+            assert run["steps"][0] == pytest.approx(run["final"], abs=1e-9)
+    assert [run["observed"] for run in runs if run["setting"] == best] == [M - 1]
+    assert any(run["observed"] < M - 2 for run in runs)
+    rows = mp.step_rows("quick", {0: runs})
+    assert [row["n"] for row in rows] == [len(top & stopped), 1]
+    later = [pit for run in runs if run["best"] for pit in run["steps"][1:]]
+    assert rows[0]["later_steps_n"] == len(later)
+    assert rows[0]["later_steps_below"] == pytest.approx(sum(p < 0.025 for p in later) / len(later))

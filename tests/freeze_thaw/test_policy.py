@@ -353,7 +353,10 @@ def test_final_error_samples_are_the_models_predictive_and_change_no_decision() 
         assert (a.action, a.index, a.score) == (b.action, b.index, b.score)
     assert torch.equal(asked.generator.get_state(), quiet.generator.get_state())
     # The samples are those of the mixture over paths of the final log-normals.
-    model, _ = asked._model(X, grown, keep=False)
+    model = asked.model(X, grown)  # the model it predicts with, on every reported run
+    assert asked._fitted is fitted and torch.equal(model.train_X, X)
+    assert model.hyperparameters().keys() == fitted[1].keys()
+    assert all(torch.equal(model.hyperparameters()[k], v) for k, v in fitted[1].items())
     paths = FreezeThawIndex(model, asked.epochs.double(), 0.1, asked.num_samples,
                             seed=asked.seed).final_paths(X[rows], torch.tensor([2, 1, 1]))
     mean = (paths.mean + paths.variance / 2).exp().mean(0)
@@ -366,6 +369,8 @@ def test_final_error_samples_are_the_models_predictive_and_change_no_decision() 
         asked.final_error_samples(X, Y, torch.tensor([0]))
     with pytest.raises(ValueError, match="rows must be"):
         asked.final_error_samples(X, Y, torch.tensor([len(X)]))
+    with pytest.raises(ValueError, match="No run has reported a value"):
+        asked.model(X, torch.full_like(Y, math.nan))
 
 
 def test_start_indices_are_the_indices_decide_compares_and_change_no_decision() -> None:
