@@ -183,7 +183,9 @@ def step_pits(trace: dict, problem: TabularProblem, others: int) -> list[dict]:
     hyperparameters, the run's row extended: one step, teacher-forced). A calibrated
     predictive gives uniform PITs. Where the one-step PITs are nearly uniform and the
     final's are not, the misses come from how the steps add up along a path, not
-    from any one conditional.
+    from any one conditional. (An error of exactly 0 is read as half the table's
+    smallest positive error; the model reads it by its own data's, so on a table with
+    zeros such a run's PITs are approximate.)
 
     Returns:
         One dict per run: ``setting``, ``best`` (among the table's ``TOP`` best),
