@@ -217,6 +217,7 @@ def step_pits(trace: dict, problem: TabularProblem, others: int) -> list[dict]:
                             latent_paths=policy.latent_paths)
     truth = floor_zeros(problem.error[:, torch.tensor(problem.checkpoints) - 1])[settings[chosen.numpy()]]
     normal = torch.distributions.Normal(0.0, 1.0)
+    shape = torch.Size([policy.num_samples])
     with torch.no_grad():
         paths = index.final_paths(X[chosen], observed[chosen])
         finals = normal.cdf((truth[:, -1].log() - paths.mean) / paths.variance.sqrt()).mean(0)
@@ -227,10 +228,9 @@ def step_pits(trace: dict, problem: TabularProblem, others: int) -> list[dict]:
             for m in range(int(observed[row]), Y.shape[-1]):
                 longer = Y.clone()
                 longer[row, :m] = truth[j, :m]
-                extended = GPARModel(X, longer, output_names=list(problem.checkpoints),
+                extended = GPARModel(X, longer, output_names=list(problem.checkpoints),  # own transform
                                     **resolve_gpar_options(policy.gpar_options))
                 extended.load_state_dict(model.state_dict(), strict=False, keep_transforms=False)
-                shape = torch.Size([policy.num_samples])
                 base = torch.randn(*shape, 1, m + 1, generator=generator, dtype=X.dtype)
                 _, means, variances = extended.eval().modelled_posterior(
                     X[row : row + 1], [*range(m + 1)], observation_noise=True
