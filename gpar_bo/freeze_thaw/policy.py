@@ -344,6 +344,37 @@ class FreezeThawPolicy:
         best = int(new_scores.argmax())
         return Decision("start", int(new_rows[best]), reason, best_new, new_X[best])
 
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """What the policy has learnt and drawn so far, for ``load_state_dict`` (e.g. in
+        a later process that goes on deciding for the same runs): the last fit and its
+        refit schedule, the stored indices of paused runs, the decision count and the
+        random stream. The constructor's arguments are not included."""
+        return {
+            "epochs": self.epochs.tolist(),
+            "decisions": self.decisions,
+            "generator": self.generator.get_state(),
+            "fitted": self._fitted,
+            "stage": self._stage,
+            "fitted_rows": self._fitted_rows,
+            "stored": dict(self._stored),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Go on from ``state_dict()`` of a policy with the same arguments: the next
+        decisions are those that policy would make, without refitting what it had fitted.
+
+        Raises:
+            ValueError: The state is of a policy with other checkpoints.
+        """
+        if list(state["epochs"]) != self.epochs.tolist():
+            raise ValueError(f"The policy state is for checkpoints {list(state['epochs'])}, "
+                             f"not {self.epochs.tolist()}.")
+        self.decisions = int(state["decisions"])
+        self.generator.set_state(state["generator"])
+        self._fitted, self._stage = state["fitted"], state["stage"]
+        self._fitted_rows, self._stored = state["fitted_rows"], dict(state["stored"])
+
     # -------------------------------------------------------------- predictions
     def final_error_samples(
         self, X: Tensor, Y: Tensor, rows: Tensor, num_draws: int = 8

@@ -45,8 +45,12 @@ reconciles the experiment with ``runs/`` (:mod:`gpar_bo.tuning.recovery`): pause
 trials stay RUNNING and resumable, trials decided but never started are started,
 jobs that were training or awaiting a verdict come back paused at their last
 report (their checkpoint holds it; jobs that never reported are started again),
-and the policy is rebuilt from the experiment (its model is refitted on the
-curves; its random stream is reseeded from the seed and the epochs trained).
+and the policy goes on from its state (``policy.pt``: its last fit, refit
+schedule, stored indices and random stream, written atomically whenever it has
+decided), so its first decision after a resume is as cheap as any other. Without
+that file (or if it cannot be read, which is logged) the policy is rebuilt from the
+experiment: its model is refitted on the curves and its random stream reseeded from
+the seed and the epochs trained.
 
 **Limits.** A run that ended by its budget leaves its paused trials RUNNING in the
 snapshot: code that reads the experiment expecting only finished trials sees them as
@@ -57,6 +61,7 @@ the policy models its log). Parameter constraints are not supported.
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 import time
@@ -76,6 +81,7 @@ from gpar_bo.ax.curves import experiment_curves
 from gpar_bo.ax.encoding import UnitCubeEncoding
 from gpar_bo.curve_model import floor_zeros
 from gpar_bo.freeze_thaw import Decision, FreezeThawPolicy
+from gpar_bo.tuning.atomic import atomic_write_bytes
 from gpar_bo.tuning.errors import TuneError
 from gpar_bo.tuning.recovery import apply_status, sync_trial_data
 from gpar_bo.tuning.report import write_report
@@ -93,7 +99,7 @@ from gpar_bo.tuning.snapshot import SNAPSHOT, save_snapshot
 if TYPE_CHECKING:
     from gpar_bo.tuning.problem import TuningProblem
 
-__all__ = ["FreezeThawLoop", "Plan", "run_freeze_thaw"]
+__all__ = ["POLICY_STATE", "FreezeThawLoop", "Plan", "run_freeze_thaw"]
 
 logger = logging.getLogger(__name__)
 
@@ -419,6 +425,32 @@ class FreezeThawLoop:
         return self.ending and self.end()
 
 
+#: The policy's state (``FreezeThawPolicy.state_dict``) in the output directory.
+POLICY_STATE = "policy.pt"
+
+
+def _save_policy(policy: FreezeThawPolicy, path: Path) -> None:
+    """Write the policy's state atomically (a process killed meanwhile leaves the last one)."""
+    buffer = io.BytesIO()
+    torch.save(policy.state_dict(), buffer)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def _restore_policy(policy: FreezeThawPolicy, path: Path) -> bool:
+    """Load the policy's saved state, if there is one; True if it was loaded. The state
+    is what the policy learnt (its last fit and stored indices), all of it recomputable
+    from the curves: one that cannot be read is said and the policy starts afresh."""
+    if not path.exists():
+        return False
+    try:
+        policy.load_state_dict(torch.load(path, weights_only=True))
+    except Exception as error:  # a cache: refitting on the curves loses nothing
+        logger.warning("Freeze-thaw: the saved policy state %s could not be loaded (%s); "
+                       "the policy is refitted on the curves.", path, error)
+        return False
+    return True
+
+
 def _policy_seed(seed: int, trained: int) -> int:
     """The rebuilt policy's seed on resume: the seed and the epochs trained so far,
     so that a resumed run does not replay the random draws of its start."""
@@ -438,12 +470,22 @@ def run_freeze_thaw(
     experiment, _ = open_run(problem, directory, runner, "freeze-thaw", lambda: None, recover)
 
     def save() -> None:
+        nonlocal saved_decisions
+        if loop.policy.decisions != saved_decisions:  # it changes only when it decides
+            _save_policy(loop.policy, policy_state)
+            saved_decisions = loop.policy.decisions
         save_snapshot(snapshot, experiment, None)
 
+    saved_decisions = 0
     loop = FreezeThawLoop(experiment, runner, problem, budget_epochs, save=save,
                           max_trials=max_trials)
     loop.policy = FreezeThawPolicy(loop.checkpoints, seed=_policy_seed(seed, loop.trained()),
                                    **({"fit_kwargs": dict(fit_kwargs)} if fit_kwargs else {}))
+    policy_state = directory / POLICY_STATE
+    if _restore_policy(loop.policy, policy_state):
+        logger.info("Freeze-thaw: the policy goes on from its saved state (%d decisions).",
+                    loop.policy.decisions)
+    saved_decisions = loop.policy.decisions
     settings = {"budget_epochs": budget_epochs, "epochs_per_run": problem.epochs,
                 "checkpoints": [int(c) for c in problem.checkpoints],
                 "workers": runner.max_workers, "seed": seed, "max_trials": max_trials}

@@ -198,6 +198,39 @@ def test_refits_are_staged_one_conditional_per_decision_unless_turned_off(
     assert fitted[-2:] == [[0, 1, 2], []]  # a failed refit waits for the data to grow again
 
 
+def test_a_restored_policy_decides_and_refits_as_the_one_it_was_saved_from(
+    monkeypatch: pytest.MonkeyPatch, tmp_path,
+) -> None:
+    fitted, _ = record_fits(monkeypatch)
+    X, Y = state()
+    paused = ~Y[:, -1].isfinite()
+    # More candidates than it scores: each decision draws its subset from its random stream.
+    candidates = torch.rand(20, 1, dtype=torch.double)
+    options = {"refit_growth": 0.0, **FAST, "fit_kwargs": {"optimizer_kwargs": {"options": {"maxiter": 10}}}}
+    saved = FreezeThawPolicy(EPOCHS, **options)
+    for n in (8, 9):  # the first fit, then a staged refit under way
+        fitted.append([])
+        saved.decide(X[:n], Y[:n], paused[:n], candidates)
+    assert fitted == [[0, 1, 2], [0]]
+    torch.save(saved.state_dict(), tmp_path / "policy.pt")  # as gpar-bo tune keeps it
+    restored = FreezeThawPolicy(EPOCHS, **options)
+    restored.load_state_dict(torch.load(tmp_path / "policy.pt", weights_only=True))
+    fitted.clear()
+    decisions = {}
+    for name, policy in (("saved", saved), ("restored", restored)):
+        for n in (10, 11):
+            fitted.append([])
+            decisions.setdefault(name, []).append(policy.decide(X[:n], Y[:n], paused[:n], candidates))
+    assert fitted[:2] == fitted[2:] == [[1], [2]]  # the refit's next stages, none from scratch
+    assert [(d.action, d.index, d.reason, d.score) for d in decisions["saved"]] == [
+        (d.action, d.index, d.reason, d.score) for d in decisions["restored"]]
+    fitted.append([])
+    FreezeThawPolicy(EPOCHS, **options).decide(X[:10], Y[:10], paused[:10], candidates)
+    assert fitted[-1] == [0, 1, 2]  # without the state, a policy fits everything first
+    with pytest.raises(ValueError, match=r"policy state is for checkpoints \[1.0, 2.0, 4.0\]"):
+        FreezeThawPolicy([1, 2, 8]).load_state_dict(saved.state_dict())
+
+
 def test_output_trigger_refits_the_conditionals_whose_rows_grew(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

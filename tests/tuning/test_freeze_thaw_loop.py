@@ -20,7 +20,7 @@ import gpar_bo.tuning.snapshot as snapshot_module
 from gpar_bo.freeze_thaw import Decision, FreezeThawPolicy
 from gpar_bo.problems.toy import toy_problem
 from gpar_bo.tuning.errors import TuneSettingsError
-from gpar_bo.tuning.freeze_thaw import FreezeThawLoop
+from gpar_bo.tuning.freeze_thaw import POLICY_STATE, FreezeThawLoop
 from gpar_bo.tuning.jobs import read_job
 from gpar_bo.tuning.loop import tune
 from gpar_bo.tuning.session import new_experiment
@@ -157,9 +157,11 @@ def test_a_crash_loses_no_trial_and_paused_runs_stay_resumable(
     class ResumeFirst(FreezeThawPolicy):
         """The policy, except that its first decision resumes a paused run."""
 
+        resumed_first = False
+
         def decide(self, X, Y, paused, candidates=None, bounds=None, epochs_left=None):
-            if self.decisions == 0 and paused.any():
-                self.decisions += 1
+            if not self.resumed_first and paused.any():
+                self.resumed_first = True
                 return Decision("resume", int(paused.nonzero()[0]), "test")
             return super().decide(X, Y, paused, candidates, bounds, epochs_left)
 
@@ -183,9 +185,11 @@ def test_a_crash_loses_no_trial_and_paused_runs_stay_resumable(
 
 
 def test_paused_runs_outlive_the_budget_and_a_larger_budget_resumes_them(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     first, runner = _run(tmp_path, 12)
+    decided = torch.load(tmp_path / POLICY_STATE, weights_only=True)["decisions"]
+    assert decided > 0  # the policy's state is kept beside the snapshot
     experiment, _ = load_snapshot(tmp_path / "snapshot.json")
     paused = {i for i, t in experiment.trials.items() if t.status == TrialStatus.RUNNING}
     assert paused, "the budget should end with paused runs"
@@ -203,7 +207,11 @@ def test_paused_runs_outlive_the_budget_and_a_larger_budget_resumes_them(
 
     # A larger budget: the policy sees the paused runs and resumes some of them, each
     # at the epoch after the one it paused at.
-    more, runner = _run(tmp_path, 20)
+    with caplog.at_level(logging.INFO, logger="gpar_bo.tuning.freeze_thaw"):
+        more, runner = _run(tmp_path, 20)
+    # It went on from its saved state (its last fit, not a refit of every conditional).
+    assert f"goes on from its saved state ({decided} decisions)" in caplog.text
+    assert torch.load(tmp_path / POLICY_STATE, weights_only=True)["decisions"] > decided
     resumed: dict[int, int] = {}
     for event, index, step in runner.events:
         if event == "resume" and index in paused:
