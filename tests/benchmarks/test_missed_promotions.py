@@ -180,3 +180,17 @@ def test_one_checkpoint_at_a_time_the_last_step_given_the_prefix_is_the_final(pr
     later = [pit for run in runs if run["best"] for pit in run["steps"][1:]]
     assert rows[0]["later_steps_n"] == len(later)
     assert rows[0]["later_steps_below"] == pytest.approx(sum(p < 0.025 for p in later) / len(later))
+
+
+def test_step_rows_count_each_group_s_tails_and_centre() -> None:
+    run = lambda best, final, steps: {"setting": 0, "best": best, "observed": 1, "final": final, "steps": steps}
+    runs = [run(True, 0.01, [0.3, 0.99]), run(True, 0.5, [0.9, 0.75]),
+            run(False, 0.2, [0.25, 0.1, 0.6]), run(False, 0.98, [0.02])]
+    best, others = mp.step_rows("t", {0: runs[:1], 1: runs[1:]})
+    assert (best["n"], others["n"]) == (2, 2)
+    assert (best["final_below"], best["final_above"], best["final_inside50"]) == (0.5, 0, 0.5)
+    assert (best["first_step_inside50"], best["later_steps_inside50"]) == (0.5, 0.5)  # 0.75 is inside
+    assert (best["later_steps_above"], best["later_steps_n"]) == (0.5, 2)
+    assert (others["first_step_below"], others["first_step_inside50"]) == (0.5, 0.5)  # 0.25 is inside
+    assert (others["later_steps_inside50"], others["later_steps_n"]) == (0.5, 2)
+    assert (others["final_above"], others["final_inside50"]) == (0.5, 0)
