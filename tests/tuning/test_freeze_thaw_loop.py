@@ -221,6 +221,14 @@ def test_paused_runs_outlive_the_budget_and_a_larger_budget_resumes_them(
         assert trial["steps"] == list(range(1, len(trial["steps"]) + 1))
     assert more["epochs_trained"] == first["epochs_trained"] + runner.epochs_trained <= 20
 
+    # A damaged policy state is named, and the policy refits on the curves instead.
+    (tmp_path / POLICY_STATE).write_bytes(b"not a policy state")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="gpar_bo.tuning.freeze_thaw"):
+        last, runner = _run(tmp_path, 20)
+    assert "policy state" in caplog.text and "could not be loaded" in caplog.text
+    assert runner.events == [] and last["epochs_trained"] == more["epochs_trained"]
+
 
 def test_a_failed_fit_falls_back_to_successive_halving(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
