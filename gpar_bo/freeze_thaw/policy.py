@@ -43,6 +43,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from copy import deepcopy
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -348,32 +349,40 @@ class FreezeThawPolicy:
     def state_dict(self) -> dict[str, Any]:
         """What the policy has learnt and drawn so far, for ``load_state_dict`` (e.g. in
         a later process that goes on deciding for the same runs): the last fit and its
-        refit schedule, the stored indices of paused runs, the decision count and the
-        random stream. The constructor's arguments are not included."""
-        return {
+        refit schedule, the stored indices of paused runs, the decision count, the seed
+        (it seeds the fits and sample paths) and the random stream. The constructor's
+        other arguments are not included."""
+        return deepcopy({
             "epochs": self.epochs.tolist(),
+            "seed": self.seed,
             "decisions": self.decisions,
             "generator": self.generator.get_state(),
             "fitted": self._fitted,
             "stage": self._stage,
             "fitted_rows": self._fitted_rows,
-            "stored": dict(self._stored),
-        }
+            "stored": self._stored,
+        })
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Go on from ``state_dict()`` of a policy with the same arguments: the next
-        decisions are those that policy would make, without refitting what it had fitted.
+        """Go on from ``state_dict()`` of a policy with the same arguments (other than the
+        seed, which the state carries): the next decisions are those that policy would
+        make, without refitting what it had fitted. Nothing changes unless all of the
+        state loads.
 
         Raises:
             ValueError: The state is of a policy with other checkpoints.
+            KeyError, RuntimeError, TypeError: The state is not a policy's state.
         """
         if list(state["epochs"]) != self.epochs.tolist():
             raise ValueError(f"The policy state is for checkpoints {list(state['epochs'])}, "
                              f"not {self.epochs.tolist()}.")
-        self.decisions = int(state["decisions"])
-        self.generator.set_state(state["generator"])
-        self._fitted, self._stage = state["fitted"], state["stage"]
-        self._fitted_rows, self._stored = state["fitted_rows"], dict(state["stored"])
+        generator = torch.Generator()
+        generator.set_state(state["generator"])
+        loaded = (int(state["seed"]), int(state["decisions"]), deepcopy(state["fitted"]),
+                  state["stage"], deepcopy(state["fitted_rows"]), deepcopy(dict(state["stored"])))
+        self.generator = generator
+        (self.seed, self.decisions, self._fitted, self._stage, self._fitted_rows,
+         self._stored) = loaded
 
     # -------------------------------------------------------------- predictions
     def final_error_samples(

@@ -46,8 +46,8 @@ trials stay RUNNING and resumable, trials decided but never started are started,
 jobs that were training or awaiting a verdict come back paused at their last
 report (their checkpoint holds it; jobs that never reported are started again),
 and the policy goes on from its state (``policy.pt``: its last fit, refit
-schedule, stored indices and random stream, written atomically whenever it has
-decided), so its first decision after a resume is as cheap as any other. Without
+schedule, stored indices, seed and random stream, written atomically whenever it
+has decided), so its first decision after a resume is as cheap as any other. Without
 that file (or if it cannot be read, which is logged) the policy is rebuilt from the
 experiment: its model is refitted on the curves and its random stream reseeded from
 the seed and the epochs trained.
@@ -94,12 +94,12 @@ from gpar_bo.tuning.session import (
     open_run,
     raise_job_error,
 )
-from gpar_bo.tuning.snapshot import SNAPSHOT, save_snapshot
+from gpar_bo.tuning.snapshot import POLICY_STATE, SNAPSHOT, save_snapshot
 
 if TYPE_CHECKING:
     from gpar_bo.tuning.problem import TuningProblem
 
-__all__ = ["POLICY_STATE", "FreezeThawLoop", "Plan", "run_freeze_thaw"]
+__all__ = ["FreezeThawLoop", "Plan", "run_freeze_thaw"]
 
 logger = logging.getLogger(__name__)
 
@@ -425,10 +425,6 @@ class FreezeThawLoop:
         return self.ending and self.end()
 
 
-#: The policy's state (``FreezeThawPolicy.state_dict``) in the output directory.
-POLICY_STATE = "policy.pt"
-
-
 def _save_policy(policy: FreezeThawPolicy, path: Path) -> None:
     """Write the policy's state atomically (a process killed meanwhile leaves the last one)."""
     buffer = io.BytesIO()
@@ -452,8 +448,8 @@ def _restore_policy(policy: FreezeThawPolicy, path: Path) -> bool:
 
 
 def _policy_seed(seed: int, trained: int) -> int:
-    """The rebuilt policy's seed on resume: the seed and the epochs trained so far,
-    so that a resumed run does not replay the random draws of its start."""
+    """The policy's seed on resume without a saved state: the seed and the epochs trained
+    so far, so that a resumed run does not replay the random draws of its start."""
     return seed if trained == 0 else int(torch.randint(
         2**31 - 1, (1,), generator=torch.Generator().manual_seed(seed * 1_000_003 + trained)))
 
@@ -509,5 +505,7 @@ def run_freeze_thaw(
             time.sleep(poll_seconds)
     finally:
         bar.close()
+        if loop.policy.decisions != saved_decisions:  # the last step's decisions too
+            _save_policy(loop.policy, policy_state)
         finish_run(directory, experiment, None, runner)
     return report()

@@ -28,14 +28,14 @@ from gpar_bo.tuning.jobs import read_job
 from gpar_bo.tuning.recovery import progress_files
 from gpar_bo.tuning.report import REPORT_FILES
 from gpar_bo.tuning.runner import CurveRunner
-from gpar_bo.tuning.snapshot import SNAPSHOT, SnapshotDamaged, backup_path, load_snapshot
+from gpar_bo.tuning.snapshot import POLICY_STATE, SNAPSHOT, SnapshotDamaged, backup_path, load_snapshot
 
 __all__ = ["open_experiment"]
 
 logger = logging.getLogger(__name__)
 
 #: Files of a tuning run, moved aside together when a folder is reused.
-_RUN_FILES = (SNAPSHOT, SNAPSHOT + ".bak", "runs", *REPORT_FILES)
+_RUN_FILES = (SNAPSHOT, SNAPSHOT + ".bak", POLICY_STATE, "runs", *REPORT_FILES)
 
 
 def _unused_name(path: Path) -> Path:

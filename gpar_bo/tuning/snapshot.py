@@ -25,13 +25,15 @@ from gpar_bo.tuning.atomic import atomic_write_text
 from gpar_bo.tuning.errors import TuneError
 from gpar_bo.tuning.runner import json_registries
 
-__all__ = ["BACKUP", "SNAPSHOT", "SnapshotDamaged", "backup_path", "load_snapshot",
+__all__ = ["BACKUP", "POLICY_STATE", "SNAPSHOT", "SnapshotDamaged", "backup_path", "load_snapshot",
            "save_snapshot"]
 
 #: The snapshot's file name in a tuning directory.
 SNAPSHOT = "snapshot.json"
 #: Its last good copy beside it.
 BACKUP = SNAPSHOT + ".bak"
+#: The freeze-thaw policy's state beside it (``FreezeThawPolicy.state_dict``; a cache).
+POLICY_STATE = "policy.pt"
 
 
 class SnapshotDamaged(TuneError):

@@ -213,7 +213,13 @@ def test_a_restored_policy_decides_and_refits_as_the_one_it_was_saved_from(
         saved.decide(X[:n], Y[:n], paused[:n], candidates)
     assert fitted == [[0, 1, 2], [0]]
     torch.save(saved.state_dict(), tmp_path / "policy.pt")  # as gpar-bo tune keeps it
-    restored = FreezeThawPolicy(EPOCHS, **options)
+    restored = FreezeThawPolicy(EPOCHS, seed=7, **options)  # the state carries the seed
+    untouched = restored.state_dict()
+    damaged = torch.load(tmp_path / "policy.pt", weights_only=True)
+    del damaged["stored"]
+    with pytest.raises(KeyError):
+        restored.load_state_dict(damaged)
+    assert restored.state_dict()["seed"] == 7 and restored.decisions == untouched["decisions"] == 0
     restored.load_state_dict(torch.load(tmp_path / "policy.pt", weights_only=True))
     fitted.clear()
     decisions = {}

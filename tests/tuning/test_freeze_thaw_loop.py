@@ -20,11 +20,11 @@ import gpar_bo.tuning.snapshot as snapshot_module
 from gpar_bo.freeze_thaw import Decision, FreezeThawPolicy
 from gpar_bo.problems.toy import toy_problem
 from gpar_bo.tuning.errors import TuneSettingsError
-from gpar_bo.tuning.freeze_thaw import POLICY_STATE, FreezeThawLoop
+from gpar_bo.tuning.freeze_thaw import FreezeThawLoop
 from gpar_bo.tuning.jobs import read_job
 from gpar_bo.tuning.loop import tune
 from gpar_bo.tuning.session import new_experiment
-from gpar_bo.tuning.snapshot import load_snapshot
+from gpar_bo.tuning.snapshot import POLICY_STATE, load_snapshot
 from tests.helpers import without_bands
 from tests.tuning.fake_runner import Crash, FakeRunner, fake_registries
 
