@@ -472,7 +472,6 @@ def run_freeze_thaw(
             saved_decisions = loop.policy.decisions
         save_snapshot(snapshot, experiment, None)
 
-    saved_decisions = 0
     loop = FreezeThawLoop(experiment, runner, problem, budget_epochs, save=save,
                           max_trials=max_trials)
     loop.policy = FreezeThawPolicy(loop.checkpoints, seed=_policy_seed(seed, loop.trained()),
