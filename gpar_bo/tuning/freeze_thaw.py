@@ -47,7 +47,8 @@ jobs that were training or awaiting a verdict come back paused at their last
 report (their checkpoint holds it; jobs that never reported are started again),
 and the policy goes on from its state (``policy.pt``: its last fit, refit
 schedule, stored indices, seed and random stream, written atomically whenever it
-has decided), so its first decision after a resume is as cheap as any other. Without
+has decided), so its first decision after a resume costs what it would have cost
+without the interruption, instead of a refit of every conditional. Without
 that file (or if it cannot be read, which is logged) the policy is rebuilt from the
 experiment: its model is refitted on the curves and its random stream reseeded from
 the seed and the epochs trained.
