@@ -466,11 +466,14 @@ def run_freeze_thaw(
     snapshot = directory / SNAPSHOT
     experiment, _ = open_run(problem, directory, runner, "freeze-thaw", lambda: None, recover)
 
-    def save() -> None:
+    def save_policy() -> None:
         nonlocal saved_decisions
         if loop.policy.decisions != saved_decisions:  # it changes only when it decides
             _save_policy(loop.policy, policy_state)
             saved_decisions = loop.policy.decisions
+
+    def save() -> None:
+        save_policy()
         save_snapshot(snapshot, experiment, None)
 
     loop = FreezeThawLoop(experiment, runner, problem, budget_epochs, save=save,
@@ -505,7 +508,6 @@ def run_freeze_thaw(
             time.sleep(poll_seconds)
     finally:
         bar.close()
-        if loop.policy.decisions != saved_decisions:  # the last step's decisions too
-            _save_policy(loop.policy, policy_state)
+        save_policy()  # the last step's decisions too
         finish_run(directory, experiment, None, runner)
     return report()
