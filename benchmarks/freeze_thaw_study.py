@@ -37,9 +37,11 @@ decision, ``paused_scoring="screen"``, a candidate), ``gpar_freeze_thaw_output_r
 a candidate), ``gpar_freeze_thaw_initial_starts`` (the default whose warm-started refits
 also start from the model's initial values, ``fit_kwargs={"start_from_initial": True}``,
 a candidate), ``gpar_freeze_thaw_measured_initial_starts`` (that told the table's
-measurement noise, a candidate) and ``gpar_freeze_thaw_latent_paths`` (the default whose
+measurement noise, a candidate), ``gpar_freeze_thaw_latent_paths`` (the default whose
 index adds the final's observation noise once instead of one noise per sampled increment,
-``latent_paths=True``, a candidate), the
+``latent_paths=True``, a candidate) and ``gpar_freeze_thaw_random_resumes`` (the default
+resuming a paused run drawn at random by one checkpoint in a twentieth of its decisions,
+``random_resume_fraction=0.05``, a candidate), the
 harness's baselines (ASHA, one-epoch screening, random search, Optuna's TPE with its Hyperband pruner) and Syne Tune 0.13.0's BOHB, Hyper-Tune, MOBSTER and DyHPO
 through ``benchmarks.syne_tune.methods.run_syne_tune`` (its own virtualenv, see
 ``benchmarks/syne_tune/setup_venv.sh``). The budget is 50 full runs' worth of epochs
@@ -85,7 +87,8 @@ from benchmarks.bo.baselines import BASELINES, optuna_available
 from benchmarks.bo.freeze_thaw import (
     GPARFreezeThaw, GPARFreezeThawFullRefits, GPARFreezeThawInitialStarts, GPARFreezeThawLatentPaths,
     GPARFreezeThawMeasured, GPARFreezeThawMeasuredInitialStarts, GPARFreezeThawMeasuredStaged, GPARFreezeThawNoHorizon,
-    GPARFreezeThawOutputRefits, GPARFreezeThawPoint, GPARFreezeThawPrevious, GPARFreezeThawScreened,
+    GPARFreezeThawOutputRefits, GPARFreezeThawPoint, GPARFreezeThawPrevious, GPARFreezeThawRandomResumes,
+    GPARFreezeThawScreened,
 )
 from benchmarks.bo.harness import TabularProblem, simulate
 from benchmarks.bo.problems import FUNNEL_CSV, MNIST_STUDY_CSV, funnel_table, mnist_table, synthetic_problem
@@ -102,7 +105,8 @@ HARNESS_METHODS: dict[str, Callable] = {
     GPARFreezeThawOutputRefits.name: GPARFreezeThawOutputRefits,
     GPARFreezeThawInitialStarts.name: GPARFreezeThawInitialStarts,
     GPARFreezeThawMeasuredInitialStarts.name: GPARFreezeThawMeasuredInitialStarts,
-    GPARFreezeThawLatentPaths.name: GPARFreezeThawLatentPaths, **BASELINES
+    GPARFreezeThawLatentPaths.name: GPARFreezeThawLatentPaths,
+    GPARFreezeThawRandomResumes.name: GPARFreezeThawRandomResumes, **BASELINES
 }
 #: Variants of the policy (candidates, and the earlier default): run only when named in
 #: ``--methods``.
@@ -110,7 +114,7 @@ CANDIDATES = (GPARFreezeThawMeasured.name, GPARFreezeThawMeasuredStaged.name,
               GPARFreezeThawFullRefits.name, GPARFreezeThawPoint.name, GPARFreezeThawPrevious.name,
               GPARFreezeThawNoHorizon.name, GPARFreezeThawScreened.name, GPARFreezeThawOutputRefits.name,
               GPARFreezeThawInitialStarts.name, GPARFreezeThawMeasuredInitialStarts.name,
-              GPARFreezeThawLatentPaths.name)
+              GPARFreezeThawLatentPaths.name, GPARFreezeThawRandomResumes.name)
 #: Syne Tune's schedulers by the names used here (its class names as values).
 SYNE_TUNE_METHODS = {
     "syne_bohb": "BOHB",

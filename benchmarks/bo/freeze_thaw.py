@@ -20,7 +20,8 @@ __all__ = [
     "GPARFreezeThaw", "GPARFreezeThawFullRefits", "GPARFreezeThawInitialStarts", "GPARFreezeThawLatentPaths",
     "GPARFreezeThawMeasured",
     "GPARFreezeThawMeasuredInitialStarts", "GPARFreezeThawMeasuredStaged", "GPARFreezeThawNoHorizon",
-    "GPARFreezeThawOutputRefits", "GPARFreezeThawPoint", "GPARFreezeThawPrevious", "GPARFreezeThawScreened",
+    "GPARFreezeThawOutputRefits", "GPARFreezeThawPoint", "GPARFreezeThawPrevious", "GPARFreezeThawRandomResumes",
+    "GPARFreezeThawScreened",
 ]
 
 
@@ -195,6 +196,18 @@ class GPARFreezeThawLatentPaths(GPARFreezeThaw):
 
     def __init__(self, **policy_options) -> None:
         super().__init__(**{"latent_paths": True, **policy_options})
+
+
+class GPARFreezeThawRandomResumes(GPARFreezeThaw):
+    """A candidate: the default that resumes a paused run drawn at random by one checkpoint
+    in a twentieth of its decisions, ``FreezeThawPolicy(random_resume_fraction=0.05)``, so
+    that GPAR's conditionals also learn how the runs it leaves paused go on. Not the
+    default."""
+
+    name = "gpar_freeze_thaw_random_resumes"
+
+    def __init__(self, **policy_options) -> None:
+        super().__init__(**{"random_resume_fraction": 0.05, **policy_options})
 
 
 class GPARFreezeThawMeasuredInitialStarts(GPARFreezeThawInitialStarts):

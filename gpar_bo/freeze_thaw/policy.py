@@ -78,8 +78,9 @@ class Decision:
         index: The paused run's row in ``X`` (resume) or the candidate's row
             (start; -1 when ``candidate`` is a point of the box ``bounds``).
         reason: "gpar" (with a note when a refit failed and the last fit was
-            kept, or when conditionals that changed form were refitted), "warm-up", "model-free" (the guard's share of decisions) or
-            "model-free: why" (a fallback).
+            kept, or when conditionals that changed form were refitted), "warm-up", "model-free" (the guard's share of decisions),
+            "model-free: why" (a fallback) or "random resume" (the share of
+            ``random_resume_fraction``).
         score: The winning stopping index (None unless decided by GPAR).
         candidate: The new setting (``d``), for "start".
     """
@@ -105,6 +106,14 @@ class FreezeThawPolicy:
         num_refresh: Least recently scored paused runs rescored per decision.
         model_free_fraction: Share of decisions made by successive halving, as a
             guard against a misspecified model.
+        random_resume_fraction: Share of decisions that resume a paused run drawn
+            uniformly at random (among those that can still finish) by one
+            checkpoint (a candidate; default 0). GPAR's conditionals are fitted on the
+            runs that were continued, which every other rule picks for their good
+            prefixes, so the model never sees how a run it leaves paused goes on and
+            predicts for it the continued runs' course. Random resumes are an unbiased
+            sample of the paused runs' next steps; most are runs at the first
+            checkpoint, whose next step is the cheapest. Without such a run, GPAR decides.
         eta: Successive halving's reduction factor.
         refit_growth: Re-optimise GPAR's hyperparameters when the number of
             observed values grew by more than this fraction since the last fit;
@@ -157,6 +166,7 @@ class FreezeThawPolicy:
         num_resumable: int = 16,
         num_refresh: int = 4,
         model_free_fraction: float = 0.1,
+        random_resume_fraction: float = 0.0,
         eta: float = 3.0,
         refit_growth: float = 0.2,
         staged_refits: bool = True,
@@ -185,6 +195,11 @@ class FreezeThawPolicy:
             )
         if not 0 <= model_free_fraction <= 1:
             raise ValueError(f"model_free_fraction must be in [0, 1]; got {model_free_fraction}.")
+        if not (0 <= random_resume_fraction and model_free_fraction + random_resume_fraction <= 1):
+            raise ValueError(
+                "random_resume_fraction must be >= 0 and at most 1 - model_free_fraction; got "
+                f"{random_resume_fraction}."
+            )
         if eta <= 1:
             raise ValueError(f"eta must be > 1; got {eta}.")
         if paused_scoring not in ("lazy", "screen"):
@@ -200,6 +215,7 @@ class FreezeThawPolicy:
         self.num_resumable = num_resumable
         self.num_refresh = num_refresh
         self.model_free_fraction = model_free_fraction
+        self.random_resume_fraction = random_resume_fraction
         self.eta = eta
         self.refit_growth = refit_growth
         self.staged_refits = staged_refits
@@ -276,9 +292,14 @@ class FreezeThawPolicy:
                 return self._successive_halving(
                     Y, paused, observed, candidates, bounds,
                     "model-free: no run can finish within the budget")
-        if float(torch.rand(1, generator=self.generator)) < self.model_free_fraction:
+        draw = float(torch.rand(1, generator=self.generator))
+        if draw < self.model_free_fraction:
             return self._successive_halving(
                 Y, resumable, observed, candidates, bounds, "model-free", may_start)
+        if draw < self.model_free_fraction + self.random_resume_fraction and resumable.any():
+            rows = resumable.nonzero().squeeze(-1)
+            row = int(rows[torch.randint(len(rows), (1,), generator=self.generator)])
+            return Decision("resume", row, "random resume")
         try:
             return self._gpar_decision(X, Y, resumable, observed, candidates, bounds, may_start)
         except Exception as error:  # a failed fit or sampling must not stall the search

@@ -115,6 +115,10 @@ def test_the_full_refit_policy_is_the_package_policy_without_staged_refits_and_n
     defaults = freeze_thaw_study._available_methods()  # candidates run only when named
     assert freeze_thaw_study.REFERENCE in defaults
     assert not set(freeze_thaw_study.CANDIDATES) & set(defaults)
+    from benchmarks.bo import freeze_thaw as adapters
+
+    variants = {getattr(adapters, name).name for name in adapters.__all__} - {GPARFreezeThaw.name}
+    assert variants == set(freeze_thaw_study.CANDIDATES)  # every variant runs only when named
 
 
 def test_the_previous_noise_policy_is_the_package_policy_with_that_prior_and_not_a_default() -> None:

@@ -99,6 +99,32 @@ def test_a_zero_error_counts_as_half_the_smallest_positive_one() -> None:
     assert first == second
 
 
+def test_random_resumes_draw_uniformly_among_the_runs_that_can_still_finish(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    X, Y = state()
+    Y[9, 1] = curves(X[9, 0])[1]  # one paused run is a checkpoint further: 2 epochs to go
+    paused = ~Y[:, -1].isfinite()
+    candidates = torch.linspace(0.5, 1.0, 6, dtype=torch.double).unsqueeze(-1)
+    policy = FreezeThawPolicy(EPOCHS, **{**FAST, "random_resume_fraction": 1.0})
+    rows = []
+    for _ in range(200):
+        decision = policy.decide(X, Y, paused, candidates, epochs_left=2.5)
+        assert (decision.action, decision.reason, decision.score) == ("resume", "random resume", None)
+        rows.append(decision.index)
+    assert policy._fitted is None  # no GPAR fit for a random resume
+    assert rows == [9] * 200  # the only run that can finish within 2.5 epochs
+    rows = [policy.decide(X, Y, paused, candidates).index for _ in range(400)]
+    counts = torch.bincount(torch.tensor(rows), minlength=len(X))
+    assert counts[:8].sum() == 0 and bool((counts[8:] > 60).all())  # every paused run, about 100 times
+    # Its share of the decisions (GPAR's are stubbed: only which rule decides is asked here).
+    monkeypatch.setattr(FreezeThawPolicy, "_gpar_decision", lambda self, *args: policy_module.Decision(
+        "start", 0, "gpar"))
+    mixed = FreezeThawPolicy(EPOCHS, **{**FAST, "random_resume_fraction": 0.5}, seed=1)
+    reasons = [mixed.decide(X, Y, paused, candidates).reason for _ in range(200)]
+    assert 70 <= reasons.count("random resume") <= 130 and reasons.count("gpar") == 200 - reasons.count("random resume")
+
+
 def test_policy_searches_a_box_without_candidates() -> None:
     X, Y = state()
     paused = torch.zeros(len(X), dtype=torch.bool)  # nothing to resume
@@ -473,6 +499,8 @@ def test_bad_input_raises_one_line_value_errors() -> None:
         lambda: FreezeThawPolicy(EPOCHS, num_initial=1),
         lambda: FreezeThawPolicy(EPOCHS, num_samples=48),
         lambda: FreezeThawPolicy(EPOCHS, model_free_fraction=1.5),
+        lambda: FreezeThawPolicy(EPOCHS, random_resume_fraction=-0.1),
+        lambda: FreezeThawPolicy(EPOCHS, random_resume_fraction=0.95),  # + the guard's 0.1 > 1
         lambda: FreezeThawPolicy(EPOCHS, paused_scoring="eager"),
         lambda: stopping_index(torch.ones(6, 2), torch.ones(6, 2, 3), torch.zeros(2, dtype=torch.long), torch.tensor([1.0, 2, 3])),
         lambda: expected_improvement_lognormal(torch.zeros(1), torch.ones(1), 0.0),
@@ -540,7 +568,10 @@ def test_only_the_default_and_candidates_on_it_are_told_the_budget() -> None:
     told = [v for v in variants if v.budget_aware]
     assert told == [GPARFreezeThaw, adapters.GPARFreezeThawInitialStarts, adapters.GPARFreezeThawLatentPaths,
                     adapters.GPARFreezeThawMeasuredInitialStarts, adapters.GPARFreezeThawOutputRefits,
-                    adapters.GPARFreezeThawScreened]
+                    adapters.GPARFreezeThawRandomResumes, adapters.GPARFreezeThawScreened]
+    method = adapters.GPARFreezeThawRandomResumes()
+    method.reset(synthetic_problem(n=10, seed=0), seed=0)
+    assert method.policy.random_resume_fraction == 0.05 and FreezeThawPolicy(EPOCHS).random_resume_fraction == 0
     method = adapters.GPARFreezeThawLatentPaths()
     method.reset(synthetic_problem(n=10, seed=0), seed=0)
     assert method.policy.latent_paths and not GPARFreezeThaw().policy_options
