@@ -28,6 +28,13 @@ Design choices and why:
 ``num_initial`` random settings at the first checkpoint and pushes the two best to the
 end, one checkpoint at a time.
 
+**Random resumes** (a candidate, off by default). GPAR's conditionals learn from the runs
+that were continued, and the index, the warm-up and the guard below all continue runs for
+their good prefixes, so the
+model never sees how the runs it leaves paused go on. A fraction ``random_resume_fraction``
+of the decisions after the warm-up resumes a paused run drawn at random, by one
+checkpoint: an unbiased sample of the paused runs' next steps.
+
 **Robustness.** A fraction ``model_free_fraction`` of the decisions, and every decision
 for which the model cannot be fitted (and no earlier fit can be reloaded) or sampled, or
 for which no sample path improves, follow asynchronous successive halving (promote a
@@ -153,7 +160,8 @@ class FreezeThawPolicy:
             transform: options without an ``outcome_transform`` (or with None) get
             one, and any other transform is an error.
         fit_kwargs: Arguments of ``fit_gpytorch_mll``.
-        seed: Seed of the random settings, the model-free draws and the samplers.
+        seed: Seed of the random settings, the model-free draws, the random resumes and
+            the samplers.
     """
 
     def __init__(
@@ -198,7 +206,7 @@ class FreezeThawPolicy:
         if not (0 <= random_resume_fraction and model_free_fraction + random_resume_fraction <= 1):
             raise ValueError(
                 "random_resume_fraction must be >= 0 and at most 1 - model_free_fraction; got "
-                f"{random_resume_fraction}."
+                f"{random_resume_fraction} with model_free_fraction {model_free_fraction}."
             )
         if eta <= 1:
             raise ValueError(f"eta must be > 1; got {eta}.")
@@ -292,6 +300,8 @@ class FreezeThawPolicy:
                 return self._successive_halving(
                     Y, paused, observed, candidates, bounds,
                     "model-free: no run can finish within the budget")
+        # One draw picks the rule; the random resumes' band follows the guard's, so that a
+        # share of 0 leaves every decision and the random stream as they were without it.
         draw = float(torch.rand(1, generator=self.generator))
         if draw < self.model_free_fraction:
             return self._successive_halving(
