@@ -249,6 +249,21 @@ def load_runs(path: Path) -> list[dict]:
     return lines
 
 
+def method_traces(
+    path: Path, problems: dict[str, TabularProblem], method: str, seeds: int
+) -> dict[str, dict[int, dict]]:
+    """The traces of ``method``'s runs with seeds ``0..seeds-1`` on each table of
+    ``problems`` (by the name given; at the table's study budget), by table and seed.
+    A table with fewer seeds in the runs file has fewer entries."""
+    traces: dict[str, dict[int, dict]] = {t: {} for t in problems}
+    wanted = {(canonical_table(t), budget_of(t, p)): t for t, p in problems.items()}
+    for line in load_runs(path):
+        table = wanted.get((line["table"], line["budget"]))
+        if table is not None and line["method"] == method and line["seed"] < seeds:
+            traces[table][line["seed"]] = line["trace"]
+    return traces
+
+
 def chosen_quality(problem: TabularProblem) -> tuple[np.ndarray, str]:
     """Each setting's quality to judge a final choice by, and what it is.
 

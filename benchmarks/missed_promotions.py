@@ -70,7 +70,7 @@ from tqdm import tqdm
 
 from benchmarks.bo.harness import TabularProblem, simulate
 from benchmarks.freeze_thaw_study import (
-    CANDIDATES, REFERENCE, budget_of, canonical_table, load_runs, make_problem,
+    CANDIDATES, REFERENCE, budget_of, make_problem, method_traces,
 )
 from benchmarks.report import RESULTS, command_line, markdown_table, write_results
 from gpar_bo import GPARModel
@@ -452,11 +452,7 @@ def main(argv: Sequence[str] | None = None) -> str:
             trace = simulate(GPARFreezeThaw(), problems["quick"], seed, budget_of("quick", problems["quick"]))
             traces["quick"][seed] = trace.to_json()
     else:
-        wanted = {(canonical_table(t), budget_of(t, problems[t])): t for t in args.tables}
-        for line in load_runs(args.runs):
-            table = wanted.get((line["table"], line["budget"]))
-            if table is not None and line["method"] == args.method and line["seed"] < args.seeds:
-                traces[table][line["seed"]] = line["trace"]
+        traces = method_traces(args.runs, problems, args.method, args.seeds)
         missing = [t for t, by_seed in traces.items() if len(by_seed) < args.seeds]
         if missing:
             parser.error(f"the runs file has fewer than {args.seeds} runs of {args.method} on {missing}")

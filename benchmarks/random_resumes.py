@@ -41,7 +41,7 @@ import torch
 from tqdm import tqdm
 
 from benchmarks.bo.harness import TabularProblem, simulate
-from benchmarks.freeze_thaw_study import REFERENCE, budget_of, canonical_table, load_runs, make_problem
+from benchmarks.freeze_thaw_study import REFERENCE, budget_of, make_problem, method_traces
 from benchmarks.missed_promotions import end_state
 from benchmarks.report import RESULTS, command_line, markdown_table, write_results
 from gpar_bo.curve_model import floor_zeros, to_increments
@@ -65,9 +65,10 @@ def next_step_scores(
         held_out: Paused runs judged (after the ``max(reveal)`` that may be revealed).
 
     Returns:
-        One dict per ``K``: ``K``, ``n`` judged, ``pits`` and ``nlpd`` (one per judged
-        run, in the same order for every ``K``). Empty if fewer than two runs finished
-        or too few runs were left paused.
+        One dict per ``K``: ``K``, ``n`` judged, ``judged`` (their settings, the same for
+        every ``K``), ``revealed`` (the settings given their next checkpoint), ``pits``
+        and ``nlpd`` (one per judged run, in that order). Empty if fewer than two runs
+        finished or too few runs were left paused.
     """
     if not reveal or min(reveal) < 0 or held_out < 1:
         raise ValueError(f"reveal must be numbers >= 0 and held_out >= 1; got {list(reveal)}, {held_out}.")
@@ -201,11 +202,7 @@ def main(argv: Sequence[str] | None = None) -> str:
         problem = problems["quick"]
         traces["quick"][0] = simulate(GPARFreezeThaw(), problem, 0, budget_of("quick", problem)).to_json()
     else:
-        wanted = {(canonical_table(t), budget_of(t, problems[t])): t for t in args.tables}
-        for line in load_runs(args.runs):
-            table = wanted.get((line["table"], line["budget"]))
-            if table is not None and line["method"] == REFERENCE and line["seed"] < args.seeds:
-                traces[table][line["seed"]] = line["trace"]
+        traces = method_traces(args.runs, problems, REFERENCE, args.seeds)
         missing = [t for t, by_seed in traces.items() if len(by_seed) < args.seeds]
         if missing:
             parser.error(f"the runs file has fewer than {args.seeds} runs of {REFERENCE} on {missing}")

@@ -30,10 +30,9 @@ end, one checkpoint at a time.
 
 **Random resumes** (a candidate, off by default). GPAR's conditionals learn from the runs
 that were continued, and the index, the warm-up and the guard below all continue runs for
-their good prefixes, so the
-model never sees how the runs it leaves paused go on. A fraction ``random_resume_fraction``
-of the decisions after the warm-up resumes a paused run drawn at random, by one
-checkpoint: an unbiased sample of the paused runs' next steps.
+their good prefixes, so the model never sees how the runs it leaves paused go on. A
+fraction ``random_resume_fraction`` of the decisions after the warm-up resumes a paused
+run drawn at random, by one checkpoint: an unbiased sample of the paused runs' next steps.
 
 **Robustness.** A fraction ``model_free_fraction`` of the decisions, and every decision
 for which the model cannot be fitted (and no earlier fit can be reloaded) or sampled, or
