@@ -22,6 +22,7 @@ from typing import NamedTuple
 import torch
 from botorch.models import SingleTaskGP
 from gpytorch.kernels import InducingPointKernel, Kernel
+from gpytorch.settings import lazily_evaluate_kernels
 from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
@@ -94,13 +95,18 @@ class ConditionalPredictor:
         # One (batch * p) x n kernel matrix: GPyTorch would otherwise expand
         # the training inputs to Z's batch shape and run tiny batched GEMMs.
         flat = Z.reshape(-1, Z.shape[-1])
-        cross = self.kernel(flat, self.anchors).to_dense().view(*Z.shape[:-1], -1)
+        # Evaluated at once: every kernel matrix here is used dense right away, and
+        # GPyTorch's lazy kernel tensors cost more in bookkeeping than these small
+        # matrices cost to compute.
+        with lazily_evaluate_kernels(False):
+            cross = self.kernel(flat, self.anchors).to_dense().view(*Z.shape[:-1], -1)
         mean = self.mean_module(Z) + (cross @ self.weights).squeeze(-1)
         return Features(Z, mean * self.y_std + self.y_mean, cross @ self.root)
 
     def covariance(self, a: Features, b: Features) -> Tensor:
         """Posterior covariance between two sets of points (``batch x p x r``)."""
-        prior = self.kernel(a.inputs, b.inputs).to_dense() * self.y_std**2
+        with lazily_evaluate_kernels(False):  # as in ``features``
+            prior = self.kernel(a.inputs, b.inputs).to_dense() * self.y_std**2
         return prior - a.whitened @ b.whitened.mT
 
     def variance(self, a: Features) -> Tensor:

@@ -57,7 +57,7 @@ def test_reload_keeps_the_new_models_own_transforms() -> None:
 
 def test_reload_into_gpar_recomputes_denoised_inputs() -> None:
     X, Y = partial_curves(n=30)
-    schedule = RefitSchedule(fit)
+    schedule = RefitSchedule(lambda model: fit(model, maxiter=20))  # fitted, not converged
     schedule.fit_or_reload(GPARModel(X, Y, output_names=EPOCHS, denoise=True), 30)
     reloaded = GPARModel(X[:24], Y[:24], output_names=EPOCHS, denoise=True)
     schedule.reload(reloaded)

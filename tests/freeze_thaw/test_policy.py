@@ -24,8 +24,10 @@ from gpar_bo.model import GPARModel
 from gpar_bo.refit import mismatched_hyperparameters
 
 EPOCHS = [1, 2, 4]
-#: Small and deterministic: no model-free decisions, few paths and candidates.
-FAST = {"num_samples": 64, "num_candidates": 16, "model_free_fraction": 0.0}
+#: Small and deterministic: no model-free decisions, few paths and candidates, short fits
+#: (the tests are of the decisions' logic; GPAR's fits are tested in tests/test_model.py).
+FAST = {"num_samples": 64, "num_candidates": 16, "model_free_fraction": 0.0,
+        "fit_kwargs": {"optimizer_kwargs": {"options": {"maxiter": 20}}}}
 
 
 def curves(x: torch.Tensor) -> torch.Tensor:
@@ -526,7 +528,8 @@ def test_bad_input_raises_one_line_value_errors() -> None:
 def traces() -> list:
     torch.set_num_threads(1)
     problem = synthetic_problem(n=60, seed=3, checkpoints=(1, 3, 7, 21))
-    options = {"num_samples": 64, "num_candidates": 16, "refit_growth": 1.0}
+    options = {"num_samples": 64, "num_candidates": 16, "refit_growth": 1.0,
+               "fit_kwargs": FAST["fit_kwargs"]}
     # Seed 1 only has to differ from seed 0, which it does from its first start.
     return problem, [
         simulate(GPARFreezeThaw(**options), problem, seed, budget=budget, workers=2)
