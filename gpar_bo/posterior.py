@@ -281,6 +281,7 @@ class GPARPosterior(MomentsPosterior):
                 stacklevel=3,
             )
         drawn = []  # per chain of predictors: its samples' results, s_c x b x q x M
+        shared_moments: dict = {}  # see _sample_rest
         # Contiguous blocks of the samples, as equal as they can be (the first s % K one
         # larger), one per chain: a block of a Sobol sequence is itself well spread.
         for c, e in enumerate(eps.tensor_split(len(self.chains))):
@@ -292,7 +293,7 @@ class GPARPosterior(MomentsPosterior):
             if k:
                 shared, factors = self._shared_chain(shared, q > k and b > 1, c)
             if q > k:
-                self._sample_rest(rest, shared, factors, self.chains[c])
+                self._sample_rest(rest, shared, factors, self.chains[c], shared_moments)
             parts = [shared.stacked(len(e), b)] if k else []
             parts += [rest.stacked(len(e), b)] if q > k else []
             drawn.append([torch.cat([part[i] for part in parts], dim=-2) for i in range(3)])
@@ -357,6 +358,7 @@ class GPARPosterior(MomentsPosterior):
         shared: _Block,
         factors: _Factors,
         predictors: Sequence[ConditionalPredictor],
+        shared_moments: dict,
     ) -> None:
         """Draw the t-batched block's chain, conditionally on the shared block's draw.
 
@@ -366,46 +368,73 @@ class GPARPosterior(MomentsPosterior):
             factors: Per output, the shared block's features and Cholesky
                 factors (see ``_sample_shared``; empty without shared points).
             predictors: The chain of predictors to draw with.
+            shared_moments: Moments of the outputs that see ``x`` alone, by output
+                and predictor, for the other chains of this draw (filled here; see
+                below).
         """
         k, q_c = shared.X.shape[-2], block.X.shape[-2]
         for m in range(self.num_sampled):
             predictor = predictors[m]
             Z = block.inputs(self.windows[m])  # (1 | s) x b x q_c x D
-            features = predictor.features(Z)
-            variance = predictor.variance(features)
+            shape = Z.shape[1:-1]  # b x q_c
+            # An output that sees x alone has the same inputs in every chain, so a
+            # predictor that chains share (a conditional without hyperparameter draws)
+            # gives the same moments in each: they are computed once per draw.
+            key = None if self.windows[m] else (m, id(predictor))
+            if key in shared_moments:
+                features, variance, A_f, A_y, root_f, root_y = shared_moments[key]
+            else:
+                features = predictor.features(Z)
+                variance = predictor.variance(features)
+                A_f = A_y = None
+                if k:
+                    fB, chol_f, chol_y = factors[m]
+                    cross = predictor.covariance(*_common_leading(features, fB))
+                    cross = cross.reshape(cross.shape[0], -1, k)  # . x (b q_c) x k
+                    # Regression of this block's draw on the shared one: chol_B^{-1} cross^T.
+                    A_f = torch.linalg.solve_triangular(chol_f, cross.mT, upper=False).mT
+                    A_y = torch.linalg.solve_triangular(chol_y, cross.mT, upper=False).mT
+                root_f, root_y = self._conditional_roots(predictor, features, variance, A_f, A_y, shape)
+                if key is not None:
+                    shared_moments[key] = features, variance, A_f, A_y, root_f, root_y
             mean_f = mean_y = features.mean
             if k:
-                fB, chol_f, chol_y = factors[m]
                 e_B = shared.eps[..., m]
-                cross = predictor.covariance(*_common_leading(features, fB))
-                cross = cross.reshape(cross.shape[0], -1, k)  # . x (b q_c) x k
-                # Regression of this block's draw on the shared one: chol_B^{-1} cross^T.
-                A_f = torch.linalg.solve_triangular(chol_f, cross.mT, upper=False).mT
-                A_y = torch.linalg.solve_triangular(chol_y, cross.mT, upper=False).mT
-                shape = Z.shape[1:-1]  # b x q_c
                 mean_f = mean_f + _matvec(A_f, e_B).view(-1, *shape)
                 mean_y = mean_y + _matvec(A_y, e_B).view(-1, *shape)
-                A_f = A_f.view(A_f.shape[0], *shape, k)
-                A_y = A_y.view(A_y.shape[0], *shape, k)
             e = block.eps[..., m]
             if q_c == 1:
-                cond_f, cond_y = variance, variance + predictor.noise
-                if k:
-                    cond_f = cond_f - A_f.pow(2).sum(-1)
-                    cond_y = cond_y - A_y.pow(2).sum(-1)
-                latent = mean_f + _safe_sqrt(cond_f) * e
-                noisy = mean_y + _safe_sqrt(cond_y) * e
+                latent, noisy = mean_f + root_f * e, mean_y + root_y * e
             else:
-                covar = predictor.covariance(features, features)
-                eye = torch.eye(q_c, dtype=covar.dtype, device=covar.device)
-                prior_f, prior_y = covar, covar + predictor.noise * eye
-                cond_f, cond_y = prior_f, prior_y
-                if k:
-                    cond_f = cond_f - A_f @ A_f.mT
-                    cond_y = cond_y - A_y @ A_y.mT
-                latent = mean_f + _matvec(_cholesky(cond_f, prior_f), e)
-                noisy = mean_y + _matvec(_cholesky(cond_y, prior_y), e)
+                latent, noisy = mean_f + _matvec(root_f, e), mean_y + _matvec(root_y, e)
             block.record(m, latent, noisy, features.mean, variance, predictor.noise)
+
+    @staticmethod
+    def _conditional_roots(
+        predictor: ConditionalPredictor, features: Features, variance: Tensor,
+        A_f: Tensor | None, A_y: Tensor | None, shape: torch.Size,
+    ) -> tuple[Tensor, Tensor]:
+        """Roots of the latent and noisy covariances of ``b x q_c`` points given the
+        shared block (``A_f``, ``A_y``: their regressions on it, or None without one):
+        standard deviations (``. x b x 1``) when ``q_c`` is 1, else Cholesky factors."""
+        q_c = shape[-1]
+        if A_f is not None:
+            A_f = A_f.view(A_f.shape[0], *shape, -1)
+            A_y = A_y.view(A_y.shape[0], *shape, -1)
+        if q_c == 1:
+            cond_f, cond_y = variance, variance + predictor.noise
+            if A_f is not None:
+                cond_f = cond_f - A_f.pow(2).sum(-1)
+                cond_y = cond_y - A_y.pow(2).sum(-1)
+            return _safe_sqrt(cond_f), _safe_sqrt(cond_y)
+        covar = predictor.covariance(features, features)
+        eye = torch.eye(q_c, dtype=covar.dtype, device=covar.device)
+        prior_f, prior_y = covar, covar + predictor.noise * eye
+        cond_f, cond_y = prior_f, prior_y
+        if A_f is not None:
+            cond_f = cond_f - A_f @ A_f.mT
+            cond_y = cond_y - A_y @ A_y.mT
+        return _cholesky(cond_f, prior_f), _cholesky(cond_y, prior_y)
 
     @cached_property
     def _paths(self) -> tuple[Tensor, Tensor, Tensor]:

@@ -13,6 +13,7 @@ from gpar_bo.curve_model import curve_model_options
 from gpar_bo.freeze_thaw import FreezeThawIndex
 from gpar_bo.laplace import laplace_coordinates, laplace_draws, set_trainable_raw, trainable_raw
 from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
+from gpar_bo.prediction import ConditionalPredictor
 from gpar_bo.synthetic import learning_curves
 from tests.helpers import fit
 
@@ -121,6 +122,23 @@ def test_posterior_is_the_mixture_over_the_draws() -> None:
     torch.testing.assert_close(
         mixture[..., 0], point.modelled_posterior(X).rsample_from_base_samples(torch.Size([8]), eps)[..., 0]
     )
+
+
+def test_outputs_that_see_x_alone_are_predicted_once_for_every_draw(
+    model: GPARModel, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first conditional keeps its fit in every chain and sees the same inputs there:
+    its predictions are made once per draw of paths, the drawn conditionals' once per chain."""
+    calls: list[ConditionalPredictor] = []
+    features = ConditionalPredictor.features
+    monkeypatch.setattr(ConditionalPredictor, "features",
+                        lambda self, Z: calls.append(self) or features(self, Z))
+    for X in (torch.rand(3, 2, dtype=torch.double), torch.rand(5, 1, 2, dtype=torch.double)):
+        calls.clear()
+        model.modelled_posterior(X).rsample(torch.Size([8]))
+        first = model.modelled_posterior(X).chains[0][0]
+        assert calls.count(first) == 1
+        assert len(calls) == 1 + model.num_hyperparameter_draws * (len(EPOCHS) - 1)
 
 
 def test_draws_are_kept_by_state_and_conditioning(model: GPARModel) -> None:
