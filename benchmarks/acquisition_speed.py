@@ -16,7 +16,12 @@ reach a checkpoint stop before the next). Measured, each as the median of
   its first call and on later calls, which reuse the cached baseline draw;
 * ``optimize_acqf`` with 10 restarts and 512 raw samples for qLogEI and qLogNEI
   on GPAR, against the same calls on BoTorch's ``SingleTaskGP`` fitted to the
-  runs that reached the final epoch (the usual BO surrogate), in the same run.
+  runs that reached the final epoch (the usual BO surrogate), in the same run;
+* the same fit, sampling and qLogEI on the curve model that the freeze-thaw policy,
+  Ax and ``gpar-bo tune`` use (``curve_model_options()``: GPAR-NL-X on log-error
+  increments, predicting over draws of its later conditionals' hyperparameters, one
+  chain of predictors per draw), on the runs' errors, against GPAR-L-NL's rows and
+  ``SingleTaskGP``'s in the same run.
 
 Run: python -m benchmarks.acquisition_speed [--repeats 3] [--seed 0]
 """
@@ -47,6 +52,7 @@ from benchmarks.report import REPO, RESULTS, command_line, write_results
 from torch import Tensor
 
 from gpar_bo import GPARMarginalLogLikelihood, GPARModel
+from gpar_bo.curve_model import curve_model_options
 from gpar_bo.problems.mnist import load_curves
 
 STUDY = REPO / "benchmarks" / "data" / "mnist_curves_study.csv"
@@ -81,6 +87,37 @@ def sample_with_gradient(model: GPARModel, X: Tensor, sampler: SobolQMCNormalSam
     sampler(model.posterior(X))[..., -1].sum().backward()
 
 
+def curve_model_rows(
+    X: Tensor, Y: Tensor, bounds: Tensor, Xc: Tensor, sampler: SobolQMCNormalSampler,
+    rows: list[dict], stgp_fit: float, args: argparse.Namespace,
+) -> list[dict]:
+    """Fit, sampling and qLogEI on the shipped curve model (on the errors ``Y.exp()``),
+    each against GPAR-L-NL's row or ``SingleTaskGP`` in the same run."""
+    start = time.perf_counter()
+    curve = GPARModel(X, Y.exp(), **curve_model_options())
+    fit_gpytorch_mll(GPARMarginalLogLikelihood(curve.likelihood, curve))
+    fit_seconds = time.perf_counter() - start
+    draws = curve.num_hyperparameter_draws
+    label = f"curve model ({draws} hyperparameter draws)"
+    sample_seconds = median_seconds(lambda: sample_with_gradient(curve, Xc, sampler), args.repeats)
+    gpar_sample = next(r["seconds"] for r in rows if r["measurement"].startswith("sample + backward, 512"))
+    best = -Y[:, -1].exp().nan_to_num(nan=float("inf")).min()
+    acqf = qLogExpectedImprovement(curve, best_f=best, objective=FINAL, sampler=sampler)
+    torch.manual_seed(args.seed)
+    start = time.perf_counter()
+    optimize_acqf(acqf, bounds=bounds.to(X), q=1, num_restarts=10, raw_samples=512)
+    acqf_seconds = time.perf_counter() - start
+    stgp_acqf = next(r["baseline seconds"] for r in rows if r["measurement"].startswith("optimize_acqf qLogEI"))
+    return [
+        {"measurement": f"fit {label}", "seconds": fit_seconds,
+         "baseline": "SingleTaskGP fit on complete runs", "baseline seconds": stgp_fit},
+        {"measurement": f"{label}: sample + backward, 512 x 1 x d, 128 samples", "seconds": sample_seconds,
+         "baseline": "GPAR-L-NL, same (above)", "baseline seconds": gpar_sample},
+        {"measurement": f"{label}: optimize_acqf qLogEI, 10 restarts, 512 raw", "seconds": acqf_seconds,
+         "baseline": "same on SingleTaskGP (final epoch only)", "baseline seconds": stgp_acqf},
+    ]
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -109,8 +146,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     rows: list[dict] = [
         {"measurement": "fit GPAR (5 conditionals)", "seconds": gpar_fit, "baseline": "SingleTaskGP fit on complete runs", "baseline seconds": stgp_fit},
     ]
-    for shape in ((512, 1), (16, 8)):
-        Xc = candidates(*shape)
+    sample_points = {shape: candidates(*shape) for shape in ((512, 1), (16, 8))}
+    for shape, Xc in sample_points.items():
         seconds = median_seconds(lambda: sample_with_gradient(gpar, Xc, sampler), args.repeats)
         rows.append({"measurement": f"sample + backward, {shape[0]} x {shape[1]} x d, 128 samples", "seconds": seconds, "baseline": "", "baseline seconds": None})
 
@@ -139,23 +176,26 @@ def main(argv: Sequence[str] | None = None) -> None:
             pruned = prune_inferior_points(gpar, X, objective=FINAL, num_samples=256)
             prune_seconds = time.perf_counter() - start
             gpar_acq = qLogNoisyExpectedImprovement(gpar, X_baseline=pruned, objective=FINAL, sampler=sampler, prune_baseline=False)
-            stgp_acq = qLogNoisyExpectedImprovement(stgp, X_baseline=X[done], sampler=sampler)
+            stgp_acq = qLogNoisyExpectedImprovement(stgp, X_baseline=X[done], objective=FINAL, sampler=sampler)
             rows.append({"measurement": "prune_inferior_points, 256 samples over 200 runs", "seconds": prune_seconds, "baseline": "", "baseline seconds": None})
         else:
             gpar_acq = make(gpar, FINAL)
-            stgp_acq = qLogExpectedImprovement(stgp, best_f=-best_gpar, sampler=sampler)
+            stgp_acq = qLogExpectedImprovement(stgp, best_f=best_gpar, objective=FINAL, sampler=sampler)
         torch.manual_seed(args.seed)
         gpar_seconds = median_seconds(lambda: optimize_acqf(gpar_acq, **optimise), 1)
         torch.manual_seed(args.seed)
         stgp_seconds = median_seconds(lambda: optimize_acqf(stgp_acq, **optimise), 1)
         rows.append({"measurement": f"optimize_acqf {name}, 10 restarts, 512 raw", "seconds": gpar_seconds, "baseline": "same on SingleTaskGP (final epoch only)", "baseline seconds": stgp_seconds})
 
+    rows += curve_model_rows(X, Y, bounds, sample_points[512, 1], sampler, rows, stgp_fit, args)
+
     for row in rows:
         base = row["baseline seconds"]
         row["ratio to baseline"] = None if base is None else row["seconds"] / base
     notes = (
         f"N = 200 runs of `{STUDY.relative_to(REPO)}` (log errors), reaching epochs 1, 5, 11, "
-        f"16, 21: {(~Y.isnan()).sum(0).tolist()}; GPAR-L-NL; SingleTaskGP on the "
+        f"16, 21: {(~Y.isnan()).sum(0).tolist()}; GPAR-L-NL (the curve model's rows: "
+        "`curve_model_options()`, on the errors); SingleTaskGP on the "
         f"{int(done.sum())} complete runs. Medians of {args.repeats} repeats (one run for "
         "optimisations and the joint path). The joint path is what every t-batch would cost "
         "without the shared baseline block. The first call draws the baseline block (timed on a "

@@ -104,18 +104,34 @@ def test_fit_draws_later_conditionals_reproducibly(model: GPARModel) -> None:
 
 
 def test_posterior_is_the_mixture_over_the_draws() -> None:
-    """Sample block k is exactly the sample of the fit with draw k's hyperparameters."""
+    """Sample block k is exactly the sample of the fit with draw k's hyperparameters:
+    for joint points, one point per t-batch, and points shared by the t-batches (with
+    normals broadcast over them, as BoTorch's samplers pass them) before a candidate."""
     model = fitted(4, denoise=False)  # fed values are then the observations, whatever the draw
+    M = len(EPOCHS)
     X = torch.rand(3, 2, dtype=torch.double)
-    eps = torch.randn(8, 3, len(EPOCHS), dtype=torch.double)
-    mixture = model.modelled_posterior(X).rsample_from_base_samples(torch.Size([8]), eps)
+    eps = torch.randn(8, 3, M, dtype=torch.double)
+    shared = torch.cat([torch.rand(1, 3, 2, dtype=torch.double).expand(4, 3, 2),
+                        torch.rand(4, 1, 2, dtype=torch.double)], dim=1)
+    layouts = [
+        (X, eps),
+        (torch.rand(5, 1, 2, dtype=torch.double), torch.randn(8, 5, 1, M, dtype=torch.double)),
+        (shared, torch.randn(8, 1, 4, M, dtype=torch.double).expand(8, 4, 4, M)),
+    ]
+    references = []
     for k in range(4):
         reference = deepcopy(model)
         reference.num_hyperparameter_draws = 0  # predicts with the conditionals' values
         for gp, draws in zip(list(reference.conditionals)[1:], reference.hyperparameter_draws):
             set_trainable_raw(gp, draws.raw[k])
-        block = reference.modelled_posterior(X).rsample_from_base_samples(torch.Size([2]), eps[2 * k : 2 * k + 2])
-        torch.testing.assert_close(mixture[2 * k : 2 * k + 2], block)
+        references.append(reference)
+    for points, normals in layouts:
+        mixture = model.modelled_posterior(points).rsample_from_base_samples(torch.Size([8]), normals)
+        for k, reference in enumerate(references):
+            block = reference.modelled_posterior(points).rsample_from_base_samples(
+                torch.Size([2]), normals[2 * k : 2 * k + 2])
+            torch.testing.assert_close(mixture[2 * k : 2 * k + 2], block)
+    mixture = model.modelled_posterior(X).rsample_from_base_samples(torch.Size([8]), eps)
     # output 1 keeps its fit: its samples do not depend on the block
     point = deepcopy(model)
     point.num_hyperparameter_draws = 0
