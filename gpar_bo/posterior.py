@@ -369,7 +369,7 @@ class GPARPosterior(MomentsPosterior):
                 factors (see ``_sample_shared``; empty without shared points).
             predictors: The chain of predictors to draw with.
             shared_moments: Moments of the outputs that see ``x`` alone, by output
-                and predictor, for the other chains of this draw (filled here; see
+                and predictor, for the other chains of this call (filled here; see
                 below).
         """
         k, q_c = shared.X.shape[-2], block.X.shape[-2]
@@ -379,7 +379,7 @@ class GPARPosterior(MomentsPosterior):
             shape = Z.shape[1:-1]  # b x q_c
             # An output that sees x alone has the same inputs in every chain, so a
             # predictor that chains share (a conditional without hyperparameter draws)
-            # gives the same moments in each: they are computed once per draw.
+            # gives the same moments in each: they are computed once per call, not per chain.
             key = None if self.windows[m] else (m, id(predictor))
             if key in shared_moments:
                 features, variance, A_f, A_y, root_f, root_y = shared_moments[key]
