@@ -25,7 +25,7 @@ from linear_operator.utils.warnings import NumericalWarning
 from torch import Tensor
 from torch.quasirandom import SobolEngine
 
-from gpar_bo.prediction import ConditionalPredictor, Features
+from gpar_bo.prediction import ConditionalPredictor, Features, StackedPredictor
 from gpar_bo.prepared import PreparedConditionals
 
 #: Sample paths behind ``GPARPosterior.mean`` and ``.variance``.
@@ -34,6 +34,8 @@ NUM_MOMENT_SAMPLES = 256
 #: Per output, a block's features and the Cholesky factors of its latent and
 #: noisy covariances (what conditions other points on the block's draw).
 _Factors = list[tuple[Features, Tensor, Tensor]]
+#: The most t-batches drawn with the chains' predictors stacked (see ``_stacks``).
+STACKED_MAX_BATCH = 64
 #: A drawn shared block and its factors.
 _SharedDraw = tuple["_Block", _Factors]
 
@@ -109,6 +111,7 @@ class GPARPosterior(MomentsPosterior):
         self.num_sampled = max(output_indices) + 1
         self.predictors = list(prepared.predictors[: self.num_sampled])
         self.chains = [list(chain[: self.num_sampled]) for chain in prepared.chains]
+        self.stacked = None if prepared.stacked is None else list(prepared.stacked[: self.num_sampled])
         self.windows = [list(w) for w in prepared.windows[: self.num_sampled]]
         prefix_values, prefix_mask = prepared.observed_prefix(X)
         self.prefix_mask = prefix_mask[..., : self.num_sampled]
@@ -280,6 +283,15 @@ class GPARPosterior(MomentsPosterior):
                 RuntimeWarning,
                 stacklevel=3,
             )
+        if self._stacks(s, b, q, k):
+            # Every chain at once (the chains' predictors stacked): the same draw.
+            chain = [p.for_samples(s) if isinstance(p, StackedPredictor) else p for p in self.stacked]
+            rest = _Block(X, mask, values, eps, **flags)
+            none = _Block(X[0, :0], mask[0, :0], values[0, :0], eps[:, 0, :0], **flags)
+            self._sample_rest(rest, none, [], chain, {})
+            results = rest.stacked(s, b)
+            out_shape = sample_shape + batch_shape + torch.Size([q, M])
+            return tuple(r.reshape(out_shape) for r in results)
         drawn = []  # per chain of predictors: its samples' results, s_c x b x q x M
         shared_moments: dict = {}  # see _sample_rest
         # Contiguous blocks of the samples, as equal as they can be (the first s % K one
@@ -303,6 +315,15 @@ class GPARPosterior(MomentsPosterior):
             inverse = torch.argsort(order)
             results = (r.index_select(-2, inverse) for r in results)
         return tuple(r.reshape(out_shape) for r in results)
+
+    def _stacks(self, s: int, b: int, q: int, k: int) -> bool:
+        """Whether to draw every chain at once: with stackable chains, one point per
+        t-batch and no shared block, samples that split evenly over the chains, and at
+        most ``STACKED_MAX_BATCH`` t-batches (above it the arithmetic, not the number
+        of calls, sets the cost, and one call per chain is as fast)."""
+        K = len(self.chains)
+        return (self.stacked is not None and K > 1 and q == 1 and k == 0 and s % K == 0
+                and b <= STACKED_MAX_BATCH)
 
     def _shared_chain(self, block: _Block, constant: bool, c: int) -> _SharedDraw:
         """Sample the shared block through every output with chain ``c`` of

@@ -164,3 +164,81 @@ def _sparse_cache(
     weights = torch.linalg.solve_triangular(chol.mT, inner, upper=True) / scale
     shrunk = eigenvectors * (eigenvalues / (1 + eigenvalues)).sqrt()
     return weights, torch.linalg.solve_triangular(chol.mT, shrunk, upper=True)
+
+
+class StackedPredictor:
+    """One conditional's predictors under several hyperparameter draws, evaluated together.
+
+    GPyTorch's kernels and means broadcast over parameters stacked along a leading
+    dimension, so the ``K`` draws' kernel matrices come from one call instead of ``K``.
+    The samples of a draw of paths are split into ``K`` equal contiguous blocks, block
+    ``c`` drawn with predictor ``c`` (as ``GPARPosterior``'s loop over the chains does);
+    :meth:`for_samples` gives the view that evaluates ``s`` such samples.
+
+    Args:
+        predictors: The ``K`` predictors, with the same anchors (exact conditionals
+            on the same data; learned inducing points differ between draws).
+
+    Raises:
+        ValueError: The predictors' anchors differ.
+    """
+
+    def __init__(self, predictors: list[ConditionalPredictor]) -> None:
+        first = predictors[0]
+        if any(not torch.equal(p.anchors, first.anchors) for p in predictors):
+            raise ValueError("Stacked predictors must share their anchors.")
+        from gpar_bo.prepared import stack_modules  # prepared imports this module
+
+        self.num_chains = len(predictors)
+        self.input_transform, self.y_mean, self.y_std = first.input_transform, first.y_mean, first.y_std
+        self.kernel = stack_modules([p.kernel for p in predictors])
+        self.mean_module = stack_modules([p.mean_module for p in predictors])
+        self.anchors = first.anchors
+        self.weights = torch.stack([p.weights for p in predictors])  # K x n x 1
+        self.root = torch.stack([p.root for p in predictors])  # K x n x r
+        self.noises = torch.stack([p.noise.reshape(()) for p in predictors])  # K
+        for c, predictor in enumerate(predictors):  # held once: the chains see slices
+            predictor.weights, predictor.root = self.weights[c], self.root[c]
+
+    def for_samples(self, num_samples: int) -> "_StackedSamples":
+        """The view that evaluates ``num_samples`` samples, a multiple of the draws."""
+        if num_samples % self.num_chains:
+            raise ValueError(f"{num_samples} samples do not split over {self.num_chains} draws.")
+        return _StackedSamples(self, num_samples)
+
+
+class _StackedSamples:
+    """A ``StackedPredictor`` for ``s`` samples: ``features``, ``variance`` and ``noise``
+    as ``ConditionalPredictor``'s, with the samples' leading dimension (inputs with a
+    leading 1 are the same for every sample and are expanded)."""
+
+    def __init__(self, stacked: StackedPredictor, num_samples: int) -> None:
+        self.stacked, self.num_samples = stacked, num_samples
+        per_chain = num_samples // stacked.num_chains
+        self.noise = stacked.noises.repeat_interleave(per_chain).view(num_samples, 1, 1)
+
+    def _by_chain(self, inputs: Tensor) -> Tensor:
+        return inputs.reshape(self.stacked.num_chains, -1, inputs.shape[-1])
+
+    def features(self, Z: Tensor) -> Features:
+        st = self.stacked
+        Z = st.input_transform(Z)
+        same = Z.shape[0] == 1  # the same inputs for every sample: once per draw
+        flat = Z.reshape(1, -1, Z.shape[-1]) if same else self._by_chain(Z)  # (1 | K) x N x D
+        with lazily_evaluate_kernels(False):
+            cross = st.kernel(flat, st.anchors).to_dense()  # K x N x n
+        mean = (st.mean_module(flat) + (cross @ st.weights).squeeze(-1)) * st.y_std + st.y_mean
+        whitened = cross @ st.root
+        Z = Z.expand(self.num_samples, *Z.shape[1:])
+        if same:  # each draw's values for each of its samples
+            per_chain = self.num_samples // st.num_chains
+            mean, whitened = (t.unsqueeze(1).expand(t.shape[0], per_chain, *t.shape[1:])
+                              for t in (mean, whitened))
+        shape = Z.shape[:-1]
+        return Features(Z, mean.reshape(shape), whitened.reshape(*shape, -1))
+
+    def variance(self, a: Features) -> Tensor:
+        st = self.stacked
+        with lazily_evaluate_kernels(False):
+            prior = st.kernel(self._by_chain(a.inputs), diag=True) * st.y_std**2
+        return (prior.view(a.mean.shape) - a.whitened.pow(2).sum(-1)).clamp_min(0.0)

@@ -23,7 +23,7 @@ from torch.nn import Module, Parameter
 
 from gpar_bo.conditionals import conditional_inputs
 from gpar_bo.laplace import set_trainable_raw, trainable_raw
-from gpar_bo.prediction import ConditionalPredictor
+from gpar_bo.prediction import ConditionalPredictor, StackedPredictor
 
 
 def same_tensors(a: Sequence[Tensor], b: Sequence[Tensor]) -> bool:
@@ -85,6 +85,9 @@ class PreparedConditionals:
         shared_draws: The draw of points shared by all t-batches, reused while
             this preparation lives (see ``GPARPosterior``); a cache of derived
             values, the only part that changes.
+        stacked: With hyperparameter draws, per conditional the predictor every chain
+            shares or a ``StackedPredictor`` of the chains' ones; None without draws
+            or when the chains' predictors cannot be stacked.
     """
 
     predictors: tuple[ConditionalPredictor, ...]
@@ -95,6 +98,7 @@ class PreparedConditionals:
     fed_Y: Tensor
     denoise: bool
     shared_draws: SharedBlockCache = field(default_factory=SharedBlockCache, compare=False)
+    stacked: tuple | None = None
 
     @property
     def num_outputs(self) -> int:
@@ -173,6 +177,7 @@ class PredictorCache:
                       for m, w in enumerate(windows)]
             predictors = tuple(ConditionalPredictor(gp, x) for gp, x in zip(conditionals, inputs))
             chains = (predictors,)
+            stacked = None
             if drawn:
                 num_draws = len(drawn[0])
                 chains = tuple(
@@ -182,6 +187,7 @@ class PredictorCache:
                     )
                     for k in range(num_draws)
                 )
+                stacked = _stacked_chains(chains)
             self._prepared = PreparedConditionals(
                 predictors=predictors,
                 chains=chains,
@@ -190,10 +196,38 @@ class PredictorCache:
                 observed=observed.clone(),
                 fed_Y=fed_Y.clone(),
                 denoise=denoise,
+                stacked=stacked,
             )
             self._conditionals = conditionals
             self._state = [t.clone() for t in state]
         return self._prepared
+
+
+def _stacked_chains(chains: tuple) -> tuple | None:
+    """Per conditional, the predictor every chain shares or the chains' predictors stacked;
+    None if some cannot be stacked (their anchors differ)."""
+    try:
+        return tuple(
+            column[0] if all(p is column[0] for p in column) else StackedPredictor(list(column))
+            for column in zip(*chains)
+        )
+    except ValueError:
+        return None
+
+
+def stack_modules(modules: Sequence[Module]) -> Module:
+    """A frozen copy of ``modules[0]`` whose parameters are the modules' values stacked
+    along a new leading dimension (the modules differ only in their parameters' values)."""
+    stacked = _frozen_copy(modules[0])
+    values = [dict(module.named_parameters()) for module in modules]
+    for name, _ in list(stacked.named_parameters()):
+        *path, leaf = name.split(".")
+        owner = stacked
+        for attribute in path:
+            owner = getattr(owner, attribute)
+        owner._parameters[leaf] = Parameter(
+            torch.stack([v[name].detach() for v in values]), requires_grad=False)
+    return stacked
 
 
 def _drawn_predictor(

@@ -13,7 +13,7 @@ from gpar_bo.curve_model import curve_model_options
 from gpar_bo.freeze_thaw import FreezeThawIndex
 from gpar_bo.laplace import laplace_coordinates, laplace_draws, set_trainable_raw, trainable_raw
 from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
-from gpar_bo.prediction import ConditionalPredictor
+from gpar_bo.prediction import ConditionalPredictor, _StackedSamples
 from gpar_bo.synthetic import learning_curves
 from tests.helpers import fit
 
@@ -144,17 +144,51 @@ def test_outputs_that_see_x_alone_are_predicted_once_for_every_draw(
     model: GPARModel, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The first conditional keeps its fit in every chain and sees the same inputs there:
-    its predictions are made once per draw of paths, the drawn conditionals' once per chain."""
-    calls: list[ConditionalPredictor] = []
-    features = ConditionalPredictor.features
-    monkeypatch.setattr(ConditionalPredictor, "features",
-                        lambda self, Z: calls.append(self) or features(self, Z))
-    for X in (torch.rand(3, 2, dtype=torch.double), torch.rand(5, 1, 2, dtype=torch.double)):
+    its predictions are made once per draw of paths. The drawn conditionals' are made once
+    per chain, or, with one point per t-batch, once for all the chains (stacked)."""
+    calls: list = []
+    for cls in (ConditionalPredictor, _StackedSamples):
+        monkeypatch.setattr(cls, "features", lambda self, Z, f=cls.features: calls.append(self) or f(self, Z))
+    K, M = model.num_hyperparameter_draws, len(EPOCHS)
+    for X, drawn_calls in ((torch.rand(3, 2, dtype=torch.double), K * (M - 1)),
+                           (torch.rand(5, 1, 2, dtype=torch.double), M - 1)):
         calls.clear()
         model.modelled_posterior(X).rsample(torch.Size([8]))
         first = model.modelled_posterior(X).chains[0][0]
         assert calls.count(first) == 1
-        assert len(calls) == 1 + model.num_hyperparameter_draws * (len(EPOCHS) - 1)
+        assert len(calls) == 1 + drawn_calls
+
+
+@pytest.mark.parametrize("denoise", [True, False])
+def test_stacked_chains_draw_what_the_loop_over_the_chains_draws(
+    model: GPARModel, denoise: bool, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One point per t-batch, training points among them (observed prefixes), and
+    training runs alone (inputs the same for every sample): the samples, conditional
+    moments and gradients of the stacked chains are the loop's, with latent and with
+    noisy values fed forward and reported."""
+    import gpar_bo.posterior as posterior_module
+
+    model = model if denoise else fitted(4, denoise=False)
+    X, _ = data()
+    mixed = torch.cat([X[15:25], torch.rand(6, 2, dtype=torch.double)]).unsqueeze(-2)  # 16 x 1 x 2
+    for points in (mixed, X[:8].unsqueeze(-2)):  # the first 20 runs observed every output
+        b = len(points)
+        normals = torch.randn(16, b, 1, len(EPOCHS), dtype=torch.double)
+
+        def draw(max_batch: int) -> tuple[list[torch.Tensor], torch.Tensor]:
+            monkeypatch.setattr(posterior_module, "STACKED_MAX_BATCH", max_batch)
+            inputs = points.clone().requires_grad_(True)
+            posterior = model.modelled_posterior(inputs, observation_noise=not denoise)
+            assert posterior._stacks(16, b, 1, 0) == (max_batch >= b)
+            out = posterior.rsample_with_conditionals(torch.Size([16]), normals)
+            out[0][..., -1].sum().backward()
+            return [t.detach() for t in out], inputs.grad
+
+        (loop, loop_grad), (stacked, stacked_grad) = draw(0), draw(b)
+        for a, c in zip(loop, stacked):
+            torch.testing.assert_close(a, c, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(loop_grad, stacked_grad, rtol=1e-10, atol=1e-12)
 
 
 def test_draws_are_kept_by_state_and_conditioning(model: GPARModel) -> None:
