@@ -123,6 +123,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1; got {args.repeats}.")
     torch.set_num_threads(1)
     X, Y = partial_runs(args.seed)
     bounds = torch.stack([X.min(0).values, X.max(0).values])

@@ -283,20 +283,14 @@ class GPARPosterior(MomentsPosterior):
                 RuntimeWarning,
                 stacklevel=3,
             )
-        if self._stacks(s, b, q, k):
-            # Every chain at once (the chains' predictors stacked): the same draw.
-            chain = [p.for_samples(s) if isinstance(p, StackedPredictor) else p for p in self.stacked]
-            rest = _Block(X, mask, values, eps, **flags)
-            none = _Block(X[0, :0], mask[0, :0], values[0, :0], eps[:, 0, :0], **flags)
-            self._sample_rest(rest, none, [], chain, {})
-            results = rest.stacked(s, b)
-            out_shape = sample_shape + batch_shape + torch.Size([q, M])
-            return tuple(r.reshape(out_shape) for r in results)
+        chains = self.chains
+        if self._stacks(s, b, q, k):  # every chain at once, their predictors stacked: the same draw
+            chains = [[p.for_samples(s) if isinstance(p, StackedPredictor) else p for p in self.stacked]]
         drawn = []  # per chain of predictors: its samples' results, s_c x b x q x M
         shared_moments: dict = {}  # see _sample_rest
         # Contiguous blocks of the samples, as equal as they can be (the first s % K one
         # larger), one per chain: a block of a Sobol sequence is itself well spread.
-        for c, e in enumerate(eps.tensor_split(len(self.chains))):
+        for c, e in enumerate(eps.tensor_split(len(chains))):
             if not len(e):
                 continue
             shared = _Block(X[0, :k], mask[0, :k], values[0, :k], e[:, 0, :k], **flags)
@@ -305,7 +299,7 @@ class GPARPosterior(MomentsPosterior):
             if k:
                 shared, factors = self._shared_chain(shared, q > k and b > 1, c)
             if q > k:
-                self._sample_rest(rest, shared, factors, self.chains[c], shared_moments)
+                self._sample_rest(rest, shared, factors, chains[c], shared_moments)
             parts = [shared.stacked(len(e), b)] if k else []
             parts += [rest.stacked(len(e), b)] if q > k else []
             drawn.append([torch.cat([part[i] for part in parts], dim=-2) for i in range(3)])

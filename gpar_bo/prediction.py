@@ -17,6 +17,7 @@ correction) and GPyTorch's SGPR covariance plus the prior's remainder ``K - Q``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
@@ -25,6 +26,7 @@ from gpytorch.kernels import InducingPointKernel, Kernel
 from gpytorch.settings import lazily_evaluate_kernels
 from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
+from torch.nn import Module, Parameter
 
 
 class Features(NamedTuple):
@@ -187,8 +189,6 @@ class StackedPredictor:
         first = predictors[0]
         if any(not torch.equal(p.anchors, first.anchors) for p in predictors):
             raise ValueError("Stacked predictors must share their anchors.")
-        from gpar_bo.prepared import stack_modules  # prepared imports this module
-
         self.num_chains = len(predictors)
         self.input_transform, self.y_mean, self.y_std = first.input_transform, first.y_mean, first.y_std
         self.kernel = stack_modules([p.kernel for p in predictors])
@@ -197,8 +197,6 @@ class StackedPredictor:
         self.weights = torch.stack([p.weights for p in predictors])  # K x n x 1
         self.root = torch.stack([p.root for p in predictors])  # K x n x r
         self.noises = torch.stack([p.noise.reshape(()) for p in predictors])  # K
-        for c, predictor in enumerate(predictors):  # held once: the chains see slices
-            predictor.weights, predictor.root = self.weights[c], self.root[c]
 
     def for_samples(self, num_samples: int) -> "_StackedSamples":
         """The view that evaluates ``num_samples`` samples, a multiple of the draws."""
@@ -242,3 +240,44 @@ class _StackedSamples:
         with lazily_evaluate_kernels(False):
             prior = st.kernel(self._by_chain(a.inputs), diag=True) * st.y_std**2
         return (prior.view(a.mean.shape) - a.whitened.pow(2).sum(-1)).clamp_min(0.0)
+
+
+def stack_modules(modules: Sequence[Module]) -> Module:
+    """A frozen copy of ``modules[0]`` whose parameters are the modules' values stacked
+    along a new leading dimension (the modules differ only in their parameters' values)."""
+    stacked = _frozen_copy(modules[0])
+    values = [dict(module.named_parameters()) for module in modules]
+    for name, _ in list(stacked.named_parameters()):
+        *path, leaf = name.split(".")
+        owner = stacked
+        for attribute in path:
+            owner = getattr(owner, attribute)
+        owner._parameters[leaf] = Parameter(
+            torch.stack([v[name].detach() for v in values]), requires_grad=False)
+    return stacked
+
+
+def _frozen_copy(module: Module) -> Module:
+    """A copy of ``module`` that keeps its parameters' and buffers' current values when
+    the original's change (e.g. when a draw is set back to the fit).
+
+    Each submodule is copied shallowly with new parameter and buffer dicts holding
+    detached clones; what does not change with the hyperparameters (priors' and
+    constraints' settings, functions) is shared. ``copy.deepcopy`` would copy all of it,
+    at several times the cost, for every draw and conditional of every new model.
+    """
+    frozen = type(module).__new__(type(module))  # not copy.copy: GPyTorch's shares __dict__
+    state = frozen.__dict__
+    state.update(module.__dict__)
+    state["_parameters"] = {
+        name: None if p is None else Parameter(p.detach().clone(), requires_grad=False)
+        for name, p in module._parameters.items()
+    }
+    state["_buffers"] = {
+        name: None if b is None else b.clone() for name, b in module._buffers.items()
+    }
+    state["_modules"] = {
+        name: None if m is None else _frozen_copy(m) for name, m in module._modules.items()
+    }
+    state.pop("_memoize_cache", None)  # GPyTorch's caches belong to the original's values
+    return frozen

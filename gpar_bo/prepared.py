@@ -19,11 +19,10 @@ import torch
 from botorch.models import SingleTaskGP
 from linear_operator.utils.errors import NotPSDError
 from torch import Tensor
-from torch.nn import Module, Parameter
 
 from gpar_bo.conditionals import conditional_inputs
 from gpar_bo.laplace import set_trainable_raw, trainable_raw
-from gpar_bo.prediction import ConditionalPredictor, StackedPredictor
+from gpar_bo.prediction import ConditionalPredictor, StackedPredictor, _frozen_copy
 
 
 def same_tensors(a: Sequence[Tensor], b: Sequence[Tensor]) -> bool:
@@ -206,28 +205,17 @@ class PredictorCache:
 def _stacked_chains(chains: tuple) -> tuple | None:
     """Per conditional, the predictor every chain shares or the chains' predictors stacked;
     None if some cannot be stacked (their anchors differ)."""
+    columns = list(zip(*chains))
     try:
-        return tuple(
-            column[0] if all(p is column[0] for p in column) else StackedPredictor(list(column))
-            for column in zip(*chains)
-        )
+        stacked = [column[0] if all(p is column[0] for p in column) else StackedPredictor(list(column))
+                   for column in columns]
     except ValueError:
         return None
-
-
-def stack_modules(modules: Sequence[Module]) -> Module:
-    """A frozen copy of ``modules[0]`` whose parameters are the modules' values stacked
-    along a new leading dimension (the modules differ only in their parameters' values)."""
-    stacked = _frozen_copy(modules[0])
-    values = [dict(module.named_parameters()) for module in modules]
-    for name, _ in list(stacked.named_parameters()):
-        *path, leaf = name.split(".")
-        owner = stacked
-        for attribute in path:
-            owner = getattr(owner, attribute)
-        owner._parameters[leaf] = Parameter(
-            torch.stack([v[name].detach() for v in values]), requires_grad=False)
-    return stacked
+    for column, predictor in zip(columns, stacked):
+        if isinstance(predictor, StackedPredictor):  # held once: the chains keep slices
+            for c, drawn in enumerate(column):
+                drawn.weights, drawn.root = predictor.weights[c], predictor.root[c]
+    return tuple(stacked)
 
 
 def _drawn_predictor(
@@ -251,29 +239,3 @@ def _drawn_predictor(
         return fitted
     finally:
         set_trainable_raw(gp, fit)
-
-
-def _frozen_copy(module: Module) -> Module:
-    """A copy of ``module`` that keeps its parameters' and buffers' current values when
-    the original's change (e.g. when a draw is set back to the fit).
-
-    Each submodule is copied shallowly with new parameter and buffer dicts holding
-    detached clones; what does not change with the hyperparameters (priors' and
-    constraints' settings, functions) is shared. ``copy.deepcopy`` would copy all of it,
-    at several times the cost, for every draw and conditional of every new model.
-    """
-    frozen = type(module).__new__(type(module))  # not copy.copy: GPyTorch's shares __dict__
-    state = frozen.__dict__
-    state.update(module.__dict__)
-    state["_parameters"] = {
-        name: None if p is None else Parameter(p.detach().clone(), requires_grad=False)
-        for name, p in module._parameters.items()
-    }
-    state["_buffers"] = {
-        name: None if b is None else b.clone() for name, b in module._buffers.items()
-    }
-    state["_modules"] = {
-        name: None if m is None else _frozen_copy(m) for name, m in module._modules.items()
-    }
-    state.pop("_memoize_cache", None)  # GPyTorch's caches belong to the original's values
-    return frozen

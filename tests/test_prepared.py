@@ -9,7 +9,7 @@ from gpytorch.kernels import MaternKernel, ScaleKernel
 from gpytorch.means import ConstantMean
 from gpytorch.priors import GammaPrior
 
-from gpar_bo.prepared import _frozen_copy
+from gpar_bo.prediction import _frozen_copy
 
 
 def test_a_frozen_copy_keeps_the_values_it_was_made_with() -> None:
