@@ -34,8 +34,11 @@ NUM_MOMENT_SAMPLES = 256
 #: Per output, a block's features and the Cholesky factors of its latent and
 #: noisy covariances (what conditions other points on the block's draw).
 _Factors = list[tuple[Features, Tensor, Tensor]]
-#: The most t-batches drawn with the chains' predictors stacked (see ``_stacks``).
+#: The most points outside a shared block drawn with the chains' predictors stacked
+#: (see ``_stacks``).
 STACKED_MAX_BATCH = 64
+#: The slot of ``SharedBlockCache`` that keeps the stacked chains' shared block.
+STACKED_SLOT = -1
 #: A drawn shared block and its factors.
 _SharedDraw = tuple["_Block", _Factors]
 
@@ -283,9 +286,10 @@ class GPARPosterior(MomentsPosterior):
                 RuntimeWarning,
                 stacklevel=3,
             )
-        chains = self.chains
+        chains, slots = self.chains, range(len(self.chains))
         if self._stacks(s, b, q, k):  # every chain at once, their predictors stacked: the same draw
             chains = [[p.for_samples(s) if isinstance(p, StackedPredictor) else p for p in self.stacked]]
+            slots = [STACKED_SLOT]
         drawn = []  # per chain of predictors: its samples' results, s_c x b x q x M
         shared_moments: dict = {}  # see _sample_rest
         # Contiguous blocks of the samples, as equal as they can be (the first s % K one
@@ -297,7 +301,7 @@ class GPARPosterior(MomentsPosterior):
             rest = _Block(X[:, k:], mask[:, k:], values[:, k:], e[:, :, k:], **flags)
             factors: _Factors = []
             if k:
-                shared, factors = self._shared_chain(shared, q > k and b > 1, c)
+                shared, factors = self._shared_chain(shared, q > k and b > 1, chains[c], slots[c])
             if q > k:
                 self._sample_rest(rest, shared, factors, chains[c], shared_moments)
             parts = [shared.stacked(len(e), b)] if k else []
@@ -311,17 +315,19 @@ class GPARPosterior(MomentsPosterior):
         return tuple(r.reshape(out_shape) for r in results)
 
     def _stacks(self, s: int, b: int, q: int, k: int) -> bool:
-        """Whether to draw every chain at once: with stackable chains, one point per
-        t-batch and no shared block, samples that split evenly over the chains, and at
-        most ``STACKED_MAX_BATCH`` t-batches (above it the arithmetic, not the number
-        of calls, sets the cost, and one call per chain is as fast)."""
+        """Whether to draw every chain at once: with stackable chains, samples that split
+        evenly over the chains, and at most ``STACKED_MAX_BATCH`` points that are not
+        shared by the t-batches (above it the arithmetic, not the number of calls, sets
+        the cost, and one call per chain is as fast; a shared block is drawn once)."""
         K = len(self.chains)
-        return (self.stacked is not None and K > 1 and q == 1 and k == 0 and s % K == 0
-                and b <= STACKED_MAX_BATCH)
+        return (self.stacked is not None and K > 1 and s % K == 0
+                and b * (q - k) <= STACKED_MAX_BATCH)
 
-    def _shared_chain(self, block: _Block, constant: bool, c: int) -> _SharedDraw:
-        """Sample the shared block through every output with chain ``c`` of
-        predictors, or reuse the chain's last draw.
+    def _shared_chain(
+        self, block: _Block, constant: bool, predictors: Sequence[ConditionalPredictor], slot: int
+    ) -> _SharedDraw:
+        """Sample the shared block through every output with a chain of predictors, or
+        reuse the chain's last draw (kept in the prepared conditionals' ``slot``).
 
         With ``constant`` (candidates that vary over t-batches follow the
         block), the block is a constant of the candidates, as BoTorch's
@@ -329,16 +335,16 @@ class GPARPosterior(MomentsPosterior):
         and an ``optimize_acqf`` call, whose shared points and normals stay
         fixed while candidates move, draws it once (``shared_draws``).
         """
-        predictors = self.chains[c]
         if not constant:
             return block, self._sample_shared(block, predictors)
         noise_flag = torch.tensor(self.observation_noise)
         key = (block.X, block.mask, block.values, block.eps, noise_flag)
-        cached = self.prepared.shared_draws.lookup(key, slot=c)
+        cached = self.prepared.shared_draws.lookup(key, slot=slot)
         if cached is None:
+            block.X = block.X.detach()  # kept beyond this call: no part of the candidates' graph
             with torch.no_grad():
                 cached = block, self._sample_shared(block, predictors)
-            self.prepared.shared_draws.store(key, cached, slot=c)
+            self.prepared.shared_draws.store(key, cached, slot=slot)
         return cached
 
     def _sample_shared(self, block: _Block, predictors: Sequence[ConditionalPredictor]) -> _Factors:
@@ -354,7 +360,8 @@ class GPARPosterior(MomentsPosterior):
             features = predictor.features(block.inputs(self.windows[m]))
             covar = predictor.covariance(features, features)
             eye = torch.eye(covar.shape[-1], dtype=covar.dtype, device=covar.device)
-            chol_f, chol_y = _cholesky(covar), _cholesky(covar + predictor.noise * eye)
+            noise = _noise_like(predictor, covar) * eye
+            chol_f, chol_y = _cholesky(covar), _cholesky(covar + noise)
             e = block.eps[..., m]
             block.record(
                 m,
@@ -362,7 +369,7 @@ class GPARPosterior(MomentsPosterior):
                 features.mean + _matvec(chol_y, e),
                 features.mean,
                 covar.diagonal(dim1=-2, dim2=-1),
-                predictor.noise,
+                noise.diagonal(dim1=-2, dim2=-1),
             )
             factors.append((features, chol_f, chol_y))
         return factors
@@ -422,7 +429,7 @@ class GPARPosterior(MomentsPosterior):
                 latent, noisy = mean_f + root_f * e, mean_y + root_y * e
             else:
                 latent, noisy = mean_f + _matvec(root_f, e), mean_y + _matvec(root_y, e)
-            block.record(m, latent, noisy, features.mean, variance, predictor.noise)
+            block.record(m, latent, noisy, features.mean, variance, _noise_like(predictor, variance))
 
     @staticmethod
     def _conditional_roots(
@@ -437,14 +444,14 @@ class GPARPosterior(MomentsPosterior):
             A_f = A_f.view(A_f.shape[0], *shape, -1)
             A_y = A_y.view(A_y.shape[0], *shape, -1)
         if q_c == 1:
-            cond_f, cond_y = variance, variance + predictor.noise
+            cond_f, cond_y = variance, variance + _noise_like(predictor, variance)
             if A_f is not None:
                 cond_f = cond_f - A_f.pow(2).sum(-1)
                 cond_y = cond_y - A_y.pow(2).sum(-1)
             return _safe_sqrt(cond_f), _safe_sqrt(cond_y)
         covar = predictor.covariance(features, features)
         eye = torch.eye(q_c, dtype=covar.dtype, device=covar.device)
-        prior_f, prior_y = covar, covar + predictor.noise * eye
+        prior_f, prior_y = covar, covar + _noise_like(predictor, covar) * eye
         cond_f, cond_y = prior_f, prior_y
         if A_f is not None:
             cond_f = cond_f - A_f @ A_f.mT
@@ -563,6 +570,13 @@ def _common_leading(a: Features, b: Features) -> tuple[Features, Features]:
         Features(*(t.expand(size, *t.shape[1:]) for t in a)),
         Features(*(t.expand(size, *t.shape[1:]) for t in b)),
     )
+
+
+def _noise_like(predictor: ConditionalPredictor, like: Tensor) -> Tensor:
+    """The predictor's observation noise, broadcastable to ``like`` (samples leading):
+    a stacked chain's noise differs per sample (see ``_StackedSamples``)."""
+    noise = predictor.noise
+    return noise if noise.dim() == 0 else noise.view(-1, *[1] * (like.dim() - 1))
 
 
 def _safe_sqrt(variance: Tensor) -> Tensor:

@@ -192,6 +192,8 @@ class StackedPredictor:
         self.num_chains = len(predictors)
         self.input_transform, self.y_mean, self.y_std = first.input_transform, first.y_mean, first.y_std
         self.kernel = stack_modules([p.kernel for p in predictors])
+        # The same, broadcasting over the samples of each draw (``covariance``).
+        self.sample_kernel = stack_modules([p.kernel for p in predictors], inner=1)
         self.mean_module = stack_modules([p.mean_module for p in predictors])
         self.anchors = first.anchors
         self.weights = torch.stack([p.weights for p in predictors])  # K x n x 1
@@ -206,14 +208,15 @@ class StackedPredictor:
 
 
 class _StackedSamples:
-    """A ``StackedPredictor`` for ``s`` samples: ``features``, ``variance`` and ``noise``
-    as ``ConditionalPredictor``'s, with the samples' leading dimension (inputs with a
-    leading 1 are the same for every sample and are expanded)."""
+    """A ``StackedPredictor`` for ``s`` samples: ``features``, ``covariance``,
+    ``variance`` and ``noise`` as ``ConditionalPredictor``'s, with the samples' leading
+    dimension (inputs with a leading 1 are the same for every sample and are expanded;
+    ``noise`` is each sample's, an ``s`` tensor)."""
 
     def __init__(self, stacked: StackedPredictor, num_samples: int) -> None:
         self.stacked, self.num_samples = stacked, num_samples
         per_chain = num_samples // stacked.num_chains
-        self.noise = stacked.noises.repeat_interleave(per_chain).view(num_samples, 1, 1)
+        self.noise = stacked.noises.repeat_interleave(per_chain)  # per sample: s
 
     def _by_chain(self, inputs: Tensor) -> Tensor:
         return inputs.reshape(self.stacked.num_chains, -1, inputs.shape[-1])
@@ -235,6 +238,15 @@ class _StackedSamples:
         shape = Z.shape[:-1]
         return Features(Z, mean.reshape(shape), whitened.reshape(*shape, -1))
 
+    def covariance(self, a: Features, b: Features) -> Tensor:
+        st = self.stacked
+        x1, x2 = (f.inputs.expand(self.num_samples, *f.inputs.shape[1:]) for f in (a, b))
+        # K x (s_c * batch) x points x D: each draw's kernel over its own samples' points.
+        with lazily_evaluate_kernels(False):
+            prior = st.sample_kernel(*(x.reshape(st.num_chains, -1, *x.shape[-2:]) for x in (x1, x2)))
+        prior = prior.to_dense().reshape(*x1.shape[:-1], x2.shape[-2]) * st.y_std**2
+        return prior - a.whitened @ b.whitened.mT
+
     def variance(self, a: Features) -> Tensor:
         st = self.stacked
         with lazily_evaluate_kernels(False):
@@ -242,9 +254,11 @@ class _StackedSamples:
         return (prior.view(a.mean.shape) - a.whitened.pow(2).sum(-1)).clamp_min(0.0)
 
 
-def stack_modules(modules: Sequence[Module]) -> Module:
+def stack_modules(modules: Sequence[Module], inner: int = 0) -> Module:
     """A frozen copy of ``modules[0]`` whose parameters are the modules' values stacked
-    along a new leading dimension (the modules differ only in their parameters' values)."""
+    along a new leading dimension (the modules differ only in their parameters' values),
+    followed by ``inner`` singleton dimensions (so that they broadcast over that many
+    further batch dimensions of the inputs)."""
     stacked = _frozen_copy(modules[0])
     values = [dict(module.named_parameters()) for module in modules]
     for name, _ in list(stacked.named_parameters()):
@@ -252,8 +266,9 @@ def stack_modules(modules: Sequence[Module]) -> Module:
         owner = stacked
         for attribute in path:
             owner = getattr(owner, attribute)
+        value = torch.stack([v[name].detach() for v in values])
         owner._parameters[leaf] = Parameter(
-            torch.stack([v[name].detach() for v in values]), requires_grad=False)
+            value.view(len(values), *[1] * inner, *value.shape[1:]), requires_grad=False)
     return stacked
 
 

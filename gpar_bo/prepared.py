@@ -41,7 +41,7 @@ def same_tensors(a: Sequence[Tensor], b: Sequence[Tensor]) -> bool:
 
 class SharedBlockCache:
     """The last draw of the points shared by all t-batches, with its key, per chain
-    of predictors (``slot``; one per hyperparameter draw).
+    of predictors (``slot``; one per hyperparameter draw, and one for the draws stacked).
 
     One entry per chain suffices: within an ``optimize_acqf`` call the shared points
     (qLogNEI's baseline, ``X_pending``) and their normals stay fixed while the

@@ -145,12 +145,15 @@ def test_outputs_that_see_x_alone_are_predicted_once_for_every_draw(
 ) -> None:
     """The first conditional keeps its fit in every chain and sees the same inputs there:
     its predictions are made once per draw of paths. The drawn conditionals' are made once
-    per chain, or, with one point per t-batch, once for all the chains (stacked)."""
+    per chain, or, with few points, once for all the chains (stacked)."""
+    from gpar_bo.posterior import STACKED_MAX_BATCH
+
     calls: list = []
     for cls in (ConditionalPredictor, _StackedSamples):
         monkeypatch.setattr(cls, "features", lambda self, Z, f=cls.features: calls.append(self) or f(self, Z))
     K, M = model.num_hyperparameter_draws, len(EPOCHS)
-    for X, drawn_calls in ((torch.rand(3, 2, dtype=torch.double), K * (M - 1)),
+    for X, drawn_calls in ((torch.rand(STACKED_MAX_BATCH + 1, 1, 2, dtype=torch.double), K * (M - 1)),
+                           (torch.rand(3, 2, dtype=torch.double), M - 1),
                            (torch.rand(5, 1, 2, dtype=torch.double), M - 1)):
         calls.clear()
         model.modelled_posterior(X).rsample(torch.Size([8]))
@@ -163,29 +166,42 @@ def test_outputs_that_see_x_alone_are_predicted_once_for_every_draw(
 def test_stacked_chains_draw_what_the_loop_over_the_chains_draws(
     model: GPARModel, denoise: bool, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """One point per t-batch, training points among them (observed prefixes), and
-    training runs alone (inputs the same for every sample): the samples, conditional
-    moments and gradients of the stacked chains are the loop's, with latent and with
-    noisy values fed forward and reported."""
+    """The samples, conditional moments and gradients of the stacked chains are the
+    loop's, with latent and with noisy values fed forward and reported, for: one point
+    per t-batch with training points among them (observed prefixes); training runs
+    alone (inputs the same for every sample); joint points; a block shared by the
+    t-batches before each candidate (qLogNEI's layout, normals broadcast over the
+    t-batches); and one t-batch (all its points shared, drawn with gradients)."""
     import gpar_bo.posterior as posterior_module
 
     model = model if denoise else fitted(4, denoise=False)
     X, _ = data()
+    M = len(EPOCHS)
     mixed = torch.cat([X[15:25], torch.rand(6, 2, dtype=torch.double)]).unsqueeze(-2)  # 16 x 1 x 2
-    for points in (mixed, X[:8].unsqueeze(-2)):  # the first 20 runs observed every output
-        b = len(points)
-        normals = torch.randn(16, b, 1, len(EPOCHS), dtype=torch.double)
+    joint = torch.cat([X[18:26].view(4, 2, 2), torch.rand(4, 1, 2, dtype=torch.double)], dim=1)
+    baseline = torch.cat([X[:4], X[22:24]])  # observed to the end and partly
+    shared = torch.cat([baseline.expand(3, 6, 2), torch.rand(3, 1, 2, dtype=torch.double)], dim=1)
+    layouts = [  # points, normals, shared points
+        (mixed, torch.randn(16, 16, 1, M, dtype=torch.double), 0),
+        (X[:8].unsqueeze(-2), torch.randn(16, 8, 1, M, dtype=torch.double), 0),  # observed to the end
+        (joint, torch.randn(16, 4, 3, M, dtype=torch.double), 0),
+        (shared, torch.randn(16, 1, 7, M, dtype=torch.double).expand(16, 3, 7, M), 6),
+        (joint[:1], torch.randn(16, 1, 3, M, dtype=torch.double), 3),
+    ]
+    for points, normals, k in layouts:
+        b, q = points.shape[:2]
 
         def draw(max_batch: int) -> tuple[list[torch.Tensor], torch.Tensor]:
             monkeypatch.setattr(posterior_module, "STACKED_MAX_BATCH", max_batch)
             inputs = points.clone().requires_grad_(True)
             posterior = model.modelled_posterior(inputs, observation_noise=not denoise)
-            assert posterior._stacks(16, b, 1, 0) == (max_batch >= b)
+            assert posterior._shared_points(normals, 1).sum() == k
+            assert posterior._stacks(16, b, q, k) == (max_batch >= 0)
             out = posterior.rsample_with_conditionals(torch.Size([16]), normals)
             out[0][..., -1].sum().backward()
             return [t.detach() for t in out], inputs.grad
 
-        (loop, loop_grad), (stacked, stacked_grad) = draw(0), draw(b)
+        (loop, loop_grad), (stacked, stacked_grad) = draw(-1), draw(b * (q - k))
         for a, c in zip(loop, stacked):
             torch.testing.assert_close(a, c, rtol=1e-10, atol=1e-12)
         torch.testing.assert_close(loop_grad, stacked_grad, rtol=1e-10, atol=1e-12)
@@ -212,29 +228,36 @@ def test_index_noise_follows_each_paths_draw(model: GPARModel) -> None:
     assert (paths.variance >= paths.noise).all()
 
 
-def test_shared_points_are_drawn_once_per_draw_and_stay_exact(
+def test_shared_points_are_drawn_once_and_stay_exact(
     model: GPARModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """qLogNEI's layout (a baseline shared by all t-batches): the baseline is drawn
-    once per hyperparameter draw, and every t-batch equals its own joint draw."""
+    """qLogNEI's layout (a baseline shared by all t-batches): the baseline is drawn on
+    the first call only, once for all the draws (stacked) or once per draw (the loop,
+    for many candidates), every t-batch equals its own joint draw, and the model can
+    still be copied (the kept draw is not part of the candidates' autograd graph)."""
+    import gpar_bo.posterior as posterior_module
     from gpar_bo.posterior import GPARPosterior
 
-    model = deepcopy(model)  # a fresh prediction cache
     calls = []
     sample_shared = GPARPosterior._sample_shared
     monkeypatch.setattr(GPARPosterior, "_sample_shared", lambda p, *a: calls.append(1) or sample_shared(p, *a))
     baseline = model.train_X[:6]
     base = torch.randn(8, 1, 7, len(EPOCHS), dtype=torch.double, generator=torch.Generator().manual_seed(5))
-    for _ in range(2):
-        candidates = torch.rand(3, 1, 2, dtype=torch.double)
-        X = torch.cat([baseline.expand(3, 6, 2), candidates], dim=1)
-        batched = model.posterior(X).rsample_from_base_samples(torch.Size([8]), base)
-        assert len(calls) == 4  # one per draw, on the first call only
-        for i in range(3):
-            joint = model.posterior(torch.cat([baseline, candidates[i]])).rsample_from_base_samples(
-                torch.Size([8]), base[:, 0]
-            )
-            torch.testing.assert_close(batched[:, i], joint, rtol=0, atol=1e-6)
+    for max_batch, draws in ((3, 1), (2, model.num_hyperparameter_draws)):
+        monkeypatch.setattr(posterior_module, "STACKED_MAX_BATCH", max_batch)
+        fresh = deepcopy(model)  # a fresh prediction cache
+        calls.clear()
+        for _ in range(2):
+            candidates = torch.rand(3, 1, 2, dtype=torch.double)
+            X = torch.cat([baseline.expand(3, 6, 2), candidates], dim=1).requires_grad_(True)
+            batched = fresh.posterior(X).rsample_from_base_samples(torch.Size([8]), base).detach()
+            assert len(calls) == draws
+            for i in range(3):
+                joint = fresh.posterior(torch.cat([baseline, candidates[i]])).rsample_from_base_samples(
+                    torch.Size([8]), base[:, 0]
+                )
+                torch.testing.assert_close(batched[:, i], joint, rtol=0, atol=1e-6)
+        deepcopy(fresh)  # the kept draw holds no part of the candidates' graph
 
 
 def test_a_draw_that_cannot_be_factorised_falls_back_to_the_fit(model: GPARModel) -> None:
