@@ -316,12 +316,14 @@ class GPARPosterior(MomentsPosterior):
 
     def _stacks(self, s: int, b: int, q: int, k: int) -> bool:
         """Whether to draw every chain at once: with stackable chains, samples that split
-        evenly over the chains, and at most ``STACKED_MAX_BATCH`` points that are not
-        shared by the t-batches (above it the arithmetic, not the number of calls, sets
-        the cost, and one call per chain is as fast; a shared block is drawn once)."""
+        evenly over the chains, and at most ``STACKED_MAX_BATCH`` points drawn on every
+        call (above it the arithmetic, not the number of calls, sets the cost, and the
+        loop, which evaluates inputs that every sample shares once per draw rather than
+        once per sample, is faster). A shared block that candidates follow is drawn once
+        per ``optimize_acqf`` call (``_shared_chain``) and does not count."""
         K = len(self.chains)
-        return (self.stacked is not None and K > 1 and s % K == 0
-                and b * (q - k) <= STACKED_MAX_BATCH)
+        drawn = b * (q - k) if q > k and b > 1 else b * q
+        return self.stacked is not None and K > 1 and s % K == 0 and drawn <= STACKED_MAX_BATCH
 
     def _shared_chain(
         self, block: _Block, constant: bool, predictors: Sequence[ConditionalPredictor], slot: int
@@ -360,16 +362,17 @@ class GPARPosterior(MomentsPosterior):
             features = predictor.features(block.inputs(self.windows[m]))
             covar = predictor.covariance(features, features)
             eye = torch.eye(covar.shape[-1], dtype=covar.dtype, device=covar.device)
-            noise = _noise_like(predictor, covar) * eye
-            chol_f, chol_y = _cholesky(covar), _cholesky(covar + noise)
+            variance = covar.diagonal(dim1=-2, dim2=-1)
+            chol_f = _cholesky(covar)
+            chol_y = _cholesky(covar + _noise_like(predictor, covar) * eye)
             e = block.eps[..., m]
             block.record(
                 m,
                 features.mean + _matvec(chol_f, e),
                 features.mean + _matvec(chol_y, e),
                 features.mean,
-                covar.diagonal(dim1=-2, dim2=-1),
-                noise.diagonal(dim1=-2, dim2=-1),
+                variance,
+                _noise_like(predictor, variance),
             )
             factors.append((features, chol_f, chol_y))
         return factors

@@ -239,6 +239,10 @@ class _StackedSamples:
         return Features(Z, mean.reshape(shape), whitened.reshape(*shape, -1))
 
     def covariance(self, a: Features, b: Features) -> Tensor:
+        """Each sample's posterior covariance under its draw (``s x batch x p x r``).
+
+        Inputs that every sample shares are evaluated once per sample here, not once per
+        draw: ``GPARPosterior._stacks`` keeps large such blocks on the loop."""
         st = self.stacked
         x1, x2 = (f.inputs.expand(self.num_samples, *f.inputs.shape[1:]) for f in (a, b))
         # K x (s_c * batch) x points x D: each draw's kernel over its own samples' points.

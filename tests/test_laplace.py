@@ -201,10 +201,23 @@ def test_stacked_chains_draw_what_the_loop_over_the_chains_draws(
             out[0][..., -1].sum().backward()
             return [t.detach() for t in out], inputs.grad
 
-        (loop, loop_grad), (stacked, stacked_grad) = draw(-1), draw(b * (q - k))
+        (loop, loop_grad), (stacked, stacked_grad) = draw(-1), draw(10**6)
         for a, c in zip(loop, stacked):
             torch.testing.assert_close(a, c, rtol=1e-10, atol=1e-12)
         torch.testing.assert_close(loop_grad, stacked_grad, rtol=1e-10, atol=1e-12)
+
+
+def test_stacking_counts_the_points_drawn_on_every_call(model: GPARModel) -> None:
+    """A block that candidates follow is drawn once per ``optimize_acqf`` call and does not
+    count towards the stacking cap; a single t-batch's points are drawn on every call and do."""
+    from gpar_bo.posterior import STACKED_MAX_BATCH as cap
+
+    posterior = model.modelled_posterior(torch.rand(2, cap + 1, 2, dtype=torch.double))
+    assert posterior._stacks(16, 2, cap + 1, cap)  # a cached baseline and one candidate each
+    assert posterior._stacks(16, 1, cap, cap) and not posterior._stacks(16, 1, cap + 1, cap + 1)
+    assert not posterior._stacks(16, 2, cap + 1, cap + 1)  # all shared: drawn on every call
+    assert model.num_hyperparameter_draws == 4
+    assert not posterior._stacks(10, 2, 2, 1)  # samples that do not split over the draws
 
 
 def test_draws_are_kept_by_state_and_conditioning(model: GPARModel) -> None:
