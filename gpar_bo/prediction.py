@@ -191,9 +191,8 @@ class StackedPredictor:
             raise ValueError("Stacked predictors must share their anchors.")
         self.num_chains = len(predictors)
         self.input_transform, self.y_mean, self.y_std = first.input_transform, first.y_mean, first.y_std
+        # Evaluated at K x B x points x D inputs: draw k's parameters for its B batches.
         self.kernel = stack_modules([p.kernel for p in predictors])
-        # The same, broadcasting over the samples of each draw (``covariance``).
-        self.sample_kernel = stack_modules([p.kernel for p in predictors], inner=1)
         self.mean_module = stack_modules([p.mean_module for p in predictors])
         self.anchors = first.anchors
         self.weights = torch.stack([p.weights for p in predictors])  # K x n x 1
@@ -227,8 +226,9 @@ class _StackedSamples:
         same = Z.shape[0] == 1  # the same inputs for every sample: once per draw
         flat = Z.reshape(1, -1, Z.shape[-1]) if same else self._by_chain(Z)  # (1 | K) x N x D
         with lazily_evaluate_kernels(False):
-            cross = st.kernel(flat, st.anchors).to_dense()  # K x N x n
-        mean = (st.mean_module(flat) + (cross @ st.weights).squeeze(-1)) * st.y_std + st.y_mean
+            cross = st.kernel(flat.unsqueeze(1), st.anchors).to_dense().squeeze(1)  # K x N x n
+        mean = st.mean_module(flat.unsqueeze(1)).squeeze(1) + (cross @ st.weights).squeeze(-1)
+        mean = mean * st.y_std + st.y_mean
         whitened = cross @ st.root
         Z = Z.expand(self.num_samples, *Z.shape[1:])
         if same:  # each draw's values for each of its samples
@@ -247,22 +247,22 @@ class _StackedSamples:
         x1, x2 = (f.inputs.expand(self.num_samples, *f.inputs.shape[1:]) for f in (a, b))
         # K x (s_c * batch) x points x D: each draw's kernel over its own samples' points.
         with lazily_evaluate_kernels(False):
-            prior = st.sample_kernel(*(x.reshape(st.num_chains, -1, *x.shape[-2:]) for x in (x1, x2)))
+            prior = st.kernel(*(x.reshape(st.num_chains, -1, *x.shape[-2:]) for x in (x1, x2)))
         prior = prior.to_dense().reshape(*x1.shape[:-1], x2.shape[-2]) * st.y_std**2
         return prior - a.whitened @ b.whitened.mT
 
     def variance(self, a: Features) -> Tensor:
         st = self.stacked
         with lazily_evaluate_kernels(False):
-            prior = st.kernel(self._by_chain(a.inputs), diag=True) * st.y_std**2
+            prior = st.kernel(self._by_chain(a.inputs).unsqueeze(1), diag=True) * st.y_std**2
         return (prior.view(a.mean.shape) - a.whitened.pow(2).sum(-1)).clamp_min(0.0)
 
 
-def stack_modules(modules: Sequence[Module], inner: int = 0) -> Module:
+def stack_modules(modules: Sequence[Module]) -> Module:
     """A frozen copy of ``modules[0]`` whose parameters are the modules' values stacked
-    along a new leading dimension (the modules differ only in their parameters' values),
-    followed by ``inner`` singleton dimensions (so that they broadcast over that many
-    further batch dimensions of the inputs)."""
+    along a new leading dimension and a singleton one after it (the modules differ only
+    in their parameters' values): module ``k``'s values apply to inputs ``k x B x ...``,
+    whatever ``B``."""
     stacked = _frozen_copy(modules[0])
     values = [dict(module.named_parameters()) for module in modules]
     for name, _ in list(stacked.named_parameters()):
@@ -271,8 +271,7 @@ def stack_modules(modules: Sequence[Module], inner: int = 0) -> Module:
         for attribute in path:
             owner = getattr(owner, attribute)
         value = torch.stack([v[name].detach() for v in values])
-        owner._parameters[leaf] = Parameter(
-            value.view(len(values), *[1] * inner, *value.shape[1:]), requires_grad=False)
+        owner._parameters[leaf] = Parameter(value.unsqueeze(1), requires_grad=False)
     return stacked
 
 
