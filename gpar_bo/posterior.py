@@ -37,6 +37,9 @@ _Factors = list[tuple[Features, Tensor, Tensor]]
 #: The most points outside a shared block drawn with the chains' predictors stacked
 #: (see ``_stacks``).
 STACKED_MAX_BATCH = 64
+#: The most samples times points drawn jointly (more than one point per t-batch) with the
+#: chains stacked (see ``_stacks``).
+STACKED_MAX_JOINT = 8192
 #: The slot of ``SharedBlockCache`` that keeps the stacked chains' shared block.
 STACKED_SLOT = -1
 #: A drawn shared block and its factors.
@@ -316,14 +319,17 @@ class GPARPosterior(MomentsPosterior):
 
     def _stacks(self, s: int, b: int, q: int, k: int) -> bool:
         """Whether to draw every chain at once: with stackable chains, samples that split
-        evenly over the chains, and at most ``STACKED_MAX_BATCH`` points drawn on every
-        call (above it the arithmetic, not the number of calls, sets the cost, and the
-        loop, which evaluates inputs that every sample shares once per draw rather than
-        once per sample, is faster). A shared block that candidates follow is drawn once
-        per ``optimize_acqf`` call (``_shared_chain``) and does not count."""
+        evenly over the chains, at most ``STACKED_MAX_BATCH`` points drawn on every call,
+        and, where they are drawn jointly (several per t-batch), at most
+        ``STACKED_MAX_JOINT`` samples times points. Beyond those the arithmetic, not the
+        number of calls, sets the cost, and the loop is faster: it evaluates inputs that
+        every sample shares once per draw rather than once per sample. A shared block that
+        candidates follow is drawn once per ``optimize_acqf`` call (``_shared_chain``) and
+        does not count."""
         K = len(self.chains)
         drawn = b * (q - k) if q > k and b > 1 else b * q
-        return self.stacked is not None and K > 1 and s % K == 0 and drawn <= STACKED_MAX_BATCH
+        few = drawn <= STACKED_MAX_BATCH and (drawn == b or s * drawn <= STACKED_MAX_JOINT)
+        return self.stacked is not None and K > 1 and s % K == 0 and few
 
     def _shared_chain(
         self, block: _Block, constant: bool, predictors: Sequence[ConditionalPredictor], slot: int

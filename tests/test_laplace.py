@@ -209,13 +209,19 @@ def test_stacked_chains_draw_what_the_loop_over_the_chains_draws(
 
 def test_stacking_counts_the_points_drawn_on_every_call(model: GPARModel) -> None:
     """A block that candidates follow is drawn once per ``optimize_acqf`` call and does not
-    count towards the stacking cap; a single t-batch's points are drawn on every call and do."""
+    count towards the stacking caps; a single t-batch's points are drawn on every call and
+    do. Points drawn jointly are also capped by samples times points."""
     from gpar_bo.posterior import STACKED_MAX_BATCH as cap
+    from gpar_bo.posterior import STACKED_MAX_JOINT as joint
 
     posterior = model.modelled_posterior(torch.rand(2, cap + 1, 2, dtype=torch.double))
     assert posterior._stacks(16, 2, cap + 1, cap)  # a cached baseline and one candidate each
     assert posterior._stacks(16, 1, cap, cap) and not posterior._stacks(16, 1, cap + 1, cap + 1)
     assert not posterior._stacks(16, 2, cap + 1, cap + 1)  # all shared: drawn on every call
+    many = 4 * joint  # samples
+    assert posterior._stacks(many, cap, 1, 0)  # one point per t-batch: no joint draw
+    assert posterior._stacks(joint // 8, 1, 8, 0) and not posterior._stacks(joint // 4, 1, 8, 0)
+    assert not posterior._stacks(many, 2, 3, 1)  # two joint candidates after a cached baseline
     assert model.num_hyperparameter_draws == 4
     assert not posterior._stacks(10, 2, 2, 1)  # samples that do not split over the draws
 
