@@ -17,11 +17,12 @@ reach a checkpoint stop before the next). Measured, each as the median of
 * ``optimize_acqf`` with 10 restarts and 512 raw samples for qLogEI and qLogNEI
   on GPAR, against the same calls on BoTorch's ``SingleTaskGP`` fitted to the
   runs that reached the final epoch (the usual BO surrogate), in the same run;
-* the same fit, sampling and qLogEI on the curve model that the freeze-thaw policy,
-  Ax and ``gpar-bo tune`` use (``curve_model_options()``: GPAR-NL-X on log-error
-  increments, predicting over draws of its later conditionals' hyperparameters, one
-  chain of predictors per draw), on the runs' errors, against GPAR-L-NL's rows and
-  ``SingleTaskGP``'s in the same run.
+* the same fit, sampling, pruning, qLogEI and qLogNEI on the curve model that the
+  freeze-thaw policy, Ax and ``gpar-bo tune`` use (``curve_model_options()``: GPAR-NL-X
+  on log-error increments, predicting over draws of its later conditionals'
+  hyperparameters, one chain of predictors per draw), on the runs' errors, against
+  GPAR-L-NL's rows and ``SingleTaskGP``'s in the same run, and its qLogNEI optimisation
+  with the draws' chains stacked against the same with every batch looping over them.
 
 Run: python -m benchmarks.acquisition_speed [--repeats 3] [--seed 0]
 """

@@ -304,7 +304,7 @@ class GPARPosterior(MomentsPosterior):
             rest = _Block(X[:, k:], mask[:, k:], values[:, k:], e[:, :, k:], **flags)
             factors: _Factors = []
             if k:
-                shared, factors = self._shared_chain(shared, q > k and b > 1, chains[c], slots[c])
+                shared, factors = self._shared_chain(shared, _follows_shared(b, q, k), chains[c], slots[c])
             if q > k:
                 self._sample_rest(rest, shared, factors, chains[c], shared_moments)
             parts = [shared.stacked(len(e), b)] if k else []
@@ -327,7 +327,7 @@ class GPARPosterior(MomentsPosterior):
         candidates follow is drawn once per ``optimize_acqf`` call (``_shared_chain``) and
         does not count."""
         K = len(self.chains)
-        drawn = b * (q - k) if q > k and b > 1 else b * q
+        drawn = b * (q - k) if _follows_shared(b, q, k) else b * q
         few = drawn <= STACKED_MAX_BATCH and (drawn == b or s * drawn <= STACKED_MAX_JOINT)
         return self.stacked is not None and K > 1 and s % K == 0 and few
 
@@ -579,6 +579,13 @@ def _common_leading(a: Features, b: Features) -> tuple[Features, Features]:
         Features(*(t.expand(size, *t.shape[1:]) for t in a)),
         Features(*(t.expand(size, *t.shape[1:]) for t in b)),
     )
+
+
+def _follows_shared(b: int, q: int, k: int) -> bool:
+    """Whether candidates that vary over ``b`` t-batches follow a block of ``k`` of the
+    ``q`` points shared by all of them: the block is then a constant of the candidates,
+    drawn once and reused (``GPARPosterior._shared_chain``)."""
+    return q > k and b > 1
 
 
 def _noise_like(predictor: ConditionalPredictor, like: Tensor) -> Tensor:

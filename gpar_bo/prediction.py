@@ -214,8 +214,8 @@ class _StackedSamples:
 
     def __init__(self, stacked: StackedPredictor, num_samples: int) -> None:
         self.stacked, self.num_samples = stacked, num_samples
-        per_chain = num_samples // stacked.num_chains
-        self.noise = stacked.noises.repeat_interleave(per_chain)  # per sample: s
+        self.per_chain = num_samples // stacked.num_chains
+        self.noise = stacked.noises.repeat_interleave(self.per_chain)  # per sample: s
 
     def _by_chain(self, inputs: Tensor) -> Tensor:
         return inputs.reshape(self.stacked.num_chains, -1, inputs.shape[-1])
@@ -232,8 +232,7 @@ class _StackedSamples:
         whitened = cross @ st.root
         Z = Z.expand(self.num_samples, *Z.shape[1:])
         if same:  # each draw's values for each of its samples
-            per_chain = self.num_samples // st.num_chains
-            mean, whitened = (t.unsqueeze(1).expand(t.shape[0], per_chain, *t.shape[1:])
+            mean, whitened = (t.unsqueeze(1).expand(t.shape[0], self.per_chain, *t.shape[1:])
                               for t in (mean, whitened))
         shape = Z.shape[:-1]
         return Features(Z, mean.reshape(shape), whitened.reshape(*shape, -1))
