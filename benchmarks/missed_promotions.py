@@ -231,10 +231,11 @@ def step_pits(trace: dict, problem: TabularProblem, others: int) -> list[dict]:
                 extended = GPARModel(X, longer, output_names=list(problem.checkpoints),  # own transform
                                     **resolve_gpar_options(policy.gpar_options))
                 extended.load_state_dict(model.state_dict(), strict=False, keep_transforms=False)
-                base = torch.randn(*shape, 1, m + 1, generator=generator, dtype=X.dtype)
-                _, means, variances = extended.eval().modelled_posterior(
+                posterior = extended.eval().modelled_posterior(
                     X[row : row + 1], [*range(m + 1)], observation_noise=True
-                ).rsample_with_conditionals(shape, base)
+                )
+                base = torch.randn(*shape, *posterior.base_sample_shape, generator=generator, dtype=X.dtype)
+                _, means, variances = posterior.rsample_with_conditionals(shape, base)
                 z = (increments[j, m] - means[..., m]) / variances[..., m].sqrt()
                 steps.append(float(normal.cdf(z).mean()))
             out.append({"setting": int(settings[row]), "best": row in top,

@@ -98,11 +98,10 @@ def next_step_scores(
         with torch.no_grad():
             for row in judged:
                 m = int(observed[row])
-                base = torch.randn(NUM_PATHS, 1, m + 1, generator=torch.Generator().manual_seed(row),
-                                   dtype=X.dtype)  # the same normals for every K
-                _, means, variances = model.modelled_posterior(
-                    X[row : row + 1], [*range(m + 1)], observation_noise=True
-                ).rsample_with_conditionals(torch.Size([NUM_PATHS]), base)
+                posterior = model.modelled_posterior(X[row : row + 1], [*range(m + 1)], observation_noise=True)
+                base = torch.randn(NUM_PATHS, *posterior.base_sample_shape, dtype=X.dtype,
+                                   generator=torch.Generator().manual_seed(row))  # the same for every K
+                _, means, variances = posterior.rsample_with_conditionals(torch.Size([NUM_PATHS]), base)
                 mean, std = means[..., m].flatten(), variances[..., m].sqrt().flatten()
                 z = (increments[row, m] - mean) / std
                 pits.append(float(normal.cdf(z).mean()))

@@ -4,9 +4,11 @@ GPAR's joint predictive over the outputs is not Gaussian: output 1 is a GP in
 x, and output m is a GP in x joined with outputs 1..m-1. Samples are drawn
 sequentially. Output 1 is sampled jointly over the q points; each sample path
 then enters conditional 2 as an input, and so on. Every output of every point
-consumes one standard normal, so ``base_sample_shape`` is ``batch x q x M`` and
-BoTorch's quasi-Monte Carlo samplers, fixed base samples and the
-reparameterisation gradients of acquisition optimisation all work unchanged.
+consumes one standard normal, and an output reported as the other kind of value
+than it feeds forward (see ``GPARPosterior``) one more for its observation noise,
+so ``base_sample_shape`` is ``batch x q x (M + extra)``; BoTorch's quasi-Monte Carlo
+samplers, fixed base samples and the reparameterisation gradients of acquisition
+optimisation all work unchanged.
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ from gpar_bo.prepared import PreparedConditionals
 NUM_MOMENT_SAMPLES = 256
 
 #: Per output, a block's features and the Cholesky factors of its latent and
-#: noisy covariances (what conditions other points on the block's draw).
-_Factors = list[tuple[Features, Tensor, Tensor]]
+#: noisy covariances (what conditions other points on the block's draw; the noisy
+#: one is None where the noisy value is the latent plus its own noise).
+_Factors = list[tuple[Features, Tensor, Tensor | None]]
 #: The most points outside a shared block drawn with the chains' predictors stacked
 #: (see ``_stacks``).
 STACKED_MAX_BATCH = 64
@@ -72,10 +75,15 @@ class GPARPosterior(MomentsPosterior):
     The value fed from output m into later conditionals is the noisy
     observation ``y_m`` (GPAR) or the latent ``f_m`` (D-GPAR), as in training.
     The reported value is ``y_m`` with ``observation_noise`` and ``f_m``
-    without. Both are driven by the same standard normal, so every output's
-    marginal is exact; without observation noise, the reported intermediate
-    latents are perfectly correlated with the noisy values fed forward, which
-    slightly overstates their correlation with later outputs.
+    without. Where an output is both reported and fed forward as different
+    kinds (GPAR without observation noise, D-GPAR with it; ``noise_outputs``),
+    its latent is drawn over the points and its noisy value is the latent plus
+    independent noise, driven by a second standard normal per point (the last
+    ``len(noise_outputs)`` entries of ``base_sample_shape``). Driving both by one
+    normal would keep every output's marginal but make the noisy value a
+    function of the latent: it would overstate the reported values'
+    correlation with later outputs, and the joint over the points would depend
+    on their order. The joint draw is exact.
 
     Points with an observed prefix (training configurations, or data added with
     ``condition_on_observations``) feed their observed values forward instead
@@ -127,6 +135,12 @@ class GPARPosterior(MomentsPosterior):
         self.observation_noise = observation_noise
         self.denoise = prepared.denoise
         self.output_indices = list(output_indices)
+        # Fed forward as one kind and reported as the other: the latent and the noisy
+        # value are both needed, with independent noise (the last output feeds nothing).
+        both = self.denoise == observation_noise
+        self.noise_outputs = sorted(
+            {m for m in self.output_indices if m < self.num_sampled - 1} if both else set()
+        )
 
     @property
     def device(self) -> torch.device:
@@ -142,8 +156,10 @@ class GPARPosterior(MomentsPosterior):
 
     @property
     def base_sample_shape(self) -> torch.Size:
-        """``batch_shape x q x M``: one standard normal per output per point."""
-        return self.X.shape[:-1] + torch.Size([self.num_sampled])
+        """``batch_shape x q x (M + len(noise_outputs))``: one standard normal per
+        output per point, then one per point for each output in ``noise_outputs``
+        (its observation noise, in that order)."""
+        return self.X.shape[:-1] + torch.Size([self.num_sampled + len(self.noise_outputs)])
 
     def _extended_shape(self, sample_shape: torch.Size = torch.Size()) -> torch.Size:
         return sample_shape + self.X.shape[:-1] + torch.Size([len(self.output_indices)])
@@ -268,6 +284,12 @@ class GPARPosterior(MomentsPosterior):
         """
         batch_shape, (q, d) = self.X.shape[:-2], self.X.shape[-2:]
         s, b, M = sample_shape.numel(), batch_shape.numel(), self.num_sampled
+        width = self.base_sample_shape[-1]
+        if base_samples.shape[-1] != width:
+            raise ValueError(
+                f"base_samples must end in {width} normals per point ({M} outputs and "
+                f"{width - M} observation noises, see base_sample_shape); got {base_samples.shape[-1]}."
+            )
         is_shared = self._shared_points(base_samples, len(sample_shape))
         k = int(is_shared.sum())
         X, mask, values = self.X, self.prefix_mask, self.prefix_values
@@ -279,9 +301,11 @@ class GPARPosterior(MomentsPosterior):
             X, mask, values, base_samples = (
                 t.index_select(-2, order) for t in (X, mask, values, base_samples)
             )
-        eps = base_samples.expand(sample_shape + self.base_sample_shape).reshape(s, b, q, M)
+        eps = base_samples.expand(sample_shape + self.base_sample_shape).reshape(s, b, q, width)
         X, mask, values = X.reshape(b, q, d), mask.reshape(b, q, M), values.reshape(b, q, M)
-        flags = {"denoise": self.denoise, "observation_noise": self.observation_noise}
+        noise_columns = {m: M + j for j, m in enumerate(self.noise_outputs)}
+        flags = {"denoise": self.denoise, "observation_noise": self.observation_noise,
+                 "noise_columns": noise_columns}
         if s < len(self.chains):
             warnings.warn(
                 f"{s} samples of a posterior mixed over {len(self.chains)} hyperparameter draws: "
@@ -367,19 +391,18 @@ class GPARPosterior(MomentsPosterior):
             predictor = predictors[m]
             features = predictor.features(block.inputs(self.windows[m]))
             covar = predictor.covariance(features, features)
-            eye = torch.eye(covar.shape[-1], dtype=covar.dtype, device=covar.device)
             variance = covar.diagonal(dim1=-2, dim2=-1)
             chol_f = _cholesky(covar)
-            chol_y = _cholesky(covar + _noise_like(predictor, covar) * eye)
             e = block.eps[..., m]
-            block.record(
-                m,
-                features.mean + _matvec(chol_f, e),
-                features.mean + _matvec(chol_y, e),
-                features.mean,
-                variance,
-                _noise_like(predictor, variance),
-            )
+            latent = features.mean + _matvec(chol_f, e)
+            if m in block.noise_columns:  # the noisy value adds its own noise to the latent
+                chol_y = None
+                noisy = block.add_noise(m, latent, predictor)
+            else:
+                eye = torch.eye(covar.shape[-1], dtype=covar.dtype, device=covar.device)
+                chol_y = _cholesky(covar + _noise_like(predictor, covar) * eye)
+                noisy = features.mean + _matvec(chol_y, e)
+            block.record(m, latent, noisy, features.mean, variance, _noise_like(predictor, variance))
             factors.append((features, chol_f, chol_y))
         return factors
 
@@ -412,6 +435,8 @@ class GPARPosterior(MomentsPosterior):
             # predictor that chains share (a conditional without hyperparameter draws)
             # gives the same moments in each: they are computed once per call, not per chain.
             key = None if self.windows[m] else (m, id(predictor))
+            # The noisy value adds its own noise to the latent: no noisy covariance.
+            latent_only = m in block.noise_columns
             if key in shared_moments:
                 features, variance, A_f, A_y, root_f, root_y = shared_moments[key]
             else:
@@ -424,48 +449,58 @@ class GPARPosterior(MomentsPosterior):
                     cross = cross.reshape(cross.shape[0], -1, k)  # . x (b q_c) x k
                     # Regression of this block's draw on the shared one: chol_B^{-1} cross^T.
                     A_f = torch.linalg.solve_triangular(chol_f, cross.mT, upper=False).mT
-                    A_y = torch.linalg.solve_triangular(chol_y, cross.mT, upper=False).mT
-                root_f, root_y = self._conditional_roots(predictor, features, variance, A_f, A_y, shape)
+                    if not latent_only:
+                        A_y = torch.linalg.solve_triangular(chol_y, cross.mT, upper=False).mT
+                root_f, root_y = self._conditional_roots(
+                    predictor, features, variance, A_f, A_y, shape, latent_only
+                )
                 if key is not None:
                     shared_moments[key] = features, variance, A_f, A_y, root_f, root_y
-            mean_f = mean_y = features.mean
+            e = block.eps[..., m]
+            mean_f = features.mean
             if k:
                 e_B = shared.eps[..., m]
                 mean_f = mean_f + _matvec(A_f, e_B).view(-1, *shape)
-                mean_y = mean_y + _matvec(A_y, e_B).view(-1, *shape)
-            e = block.eps[..., m]
-            if q_c == 1:
-                latent, noisy = mean_f + root_f * e, mean_y + root_y * e
+            latent = mean_f + (root_f * e if q_c == 1 else _matvec(root_f, e))
+            if latent_only:
+                noisy = block.add_noise(m, latent, predictor)
             else:
-                latent, noisy = mean_f + _matvec(root_f, e), mean_y + _matvec(root_y, e)
+                mean_y = features.mean
+                if k:
+                    mean_y = mean_y + _matvec(A_y, e_B).view(-1, *shape)
+                noisy = mean_y + (root_y * e if q_c == 1 else _matvec(root_y, e))
             block.record(m, latent, noisy, features.mean, variance, _noise_like(predictor, variance))
 
     @staticmethod
     def _conditional_roots(
         predictor: ConditionalPredictor, features: Features, variance: Tensor,
-        A_f: Tensor | None, A_y: Tensor | None, shape: torch.Size,
-    ) -> tuple[Tensor, Tensor]:
+        A_f: Tensor | None, A_y: Tensor | None, shape: torch.Size, latent_only: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
         """Roots of the latent and noisy covariances of ``b x q_c`` points given the
         shared block (``A_f``, ``A_y``: their regressions on it, or None without one):
-        standard deviations (``. x b x 1``) when ``q_c`` is 1, else Cholesky factors."""
+        standard deviations (``. x b x 1``) when ``q_c`` is 1, else Cholesky factors.
+        With ``latent_only`` the noisy root is None."""
         q_c = shape[-1]
         if A_f is not None:
             A_f = A_f.view(A_f.shape[0], *shape, -1)
+        if A_y is not None:
             A_y = A_y.view(A_y.shape[0], *shape, -1)
         if q_c == 1:
             cond_f, cond_y = variance, variance + _noise_like(predictor, variance)
             if A_f is not None:
                 cond_f = cond_f - A_f.pow(2).sum(-1)
+            if A_y is not None:
                 cond_y = cond_y - A_y.pow(2).sum(-1)
-            return _safe_sqrt(cond_f), _safe_sqrt(cond_y)
+            return _safe_sqrt(cond_f), None if latent_only else _safe_sqrt(cond_y)
         covar = predictor.covariance(features, features)
+        cond_f = covar if A_f is None else covar - A_f @ A_f.mT
+        root_f = _cholesky(cond_f, covar)
+        if latent_only:
+            return root_f, None
         eye = torch.eye(q_c, dtype=covar.dtype, device=covar.device)
-        prior_f, prior_y = covar, covar + _noise_like(predictor, covar) * eye
-        cond_f, cond_y = prior_f, prior_y
-        if A_f is not None:
-            cond_f = cond_f - A_f @ A_f.mT
-            cond_y = cond_y - A_y @ A_y.mT
-        return _cholesky(cond_f, prior_f), _cholesky(cond_y, prior_y)
+        prior_y = covar + _noise_like(predictor, covar) * eye
+        cond_y = prior_y if A_y is None else prior_y - A_y @ A_y.mT
+        return root_f, _cholesky(cond_y, prior_y)
 
     @cached_property
     def _paths(self) -> tuple[Tensor, Tensor, Tensor]:
@@ -481,8 +516,8 @@ class GPARPosterior(MomentsPosterior):
             self.prepared, self.X.unsqueeze(-2), self.output_indices, self.observation_noise
         )
         n = NUM_MOMENT_SAMPLES
-        normals = draw_sobol_normal_samples(d=self.num_sampled, n=n, dtype=self.dtype, seed=0)
-        eps = normals.view(n, *([1] * (pointwise.X.dim() - 1)), self.num_sampled)
+        normals = quasi_random_normals(self, n, seed=0)
+        eps = normals.view(n, *([1] * (pointwise.X.dim() - 1)), normals.shape[-1])
         return pointwise._propagate(torch.Size([n]), eps)
 
     @cached_property
@@ -525,13 +560,21 @@ class _Block:
         eps: Tensor,
         denoise: bool,
         observation_noise: bool,
+        noise_columns: dict[int, int],
     ) -> None:
         self.X, self.mask, self.values, self.eps = X, mask, values, eps
         self.denoise, self.observation_noise = denoise, observation_noise
+        self.noise_columns = noise_columns  # output -> the column of its noise's normals
         self.fed: list[Tensor] = []  # per output: the values later outputs see
         self.reported: list[Tensor] = []
         self.cond_means: list[Tensor] = []
         self.cond_vars: list[Tensor] = []
+
+    def add_noise(self, m: int, latent: Tensor, predictor: ConditionalPredictor) -> Tensor:
+        """Output ``m``'s noisy value: its ``latent`` draw plus observation noise driven
+        by the output's own normals (``noise_columns``), independent of the latent's."""
+        noise = _noise_like(predictor, latent)
+        return latent + noise.sqrt() * self.eps[..., self.noise_columns[m]]
 
     def inputs(self, window: list[int]) -> Tensor:
         """``(1 | s) x points x D`` inputs of a conditional seeing ``window``."""
@@ -622,6 +665,27 @@ def _cholesky(covar: Tensor, reference: Tensor | None = None) -> Tensor:
 
 def _matvec(matrix: Tensor, vector: Tensor) -> Tensor:
     return (matrix @ vector.unsqueeze(-1)).squeeze(-1)
+
+
+def quasi_random_normals(posterior: GPARPosterior, n: int, seed: int) -> Tensor:
+    """``n x W`` scrambled Sobol normals for every point of ``posterior``
+    (``W = base_sample_shape[-1]``), as one point's draw to broadcast over the points.
+
+    The outputs' normals are the same whichever outputs are reported (e.g. for
+    the latent and the noisy paths of one model, and for the Rao-Blackwellised
+    moments, which depend on them alone): they are the Sobol draw in ``M``
+    dimensions, and the noise normals are the last columns of the draw in ``W``
+    dimensions. Sobol scrambling transforms each dimension separately, so the
+    two together are still a scrambled Sobol point set in ``W`` dimensions (two
+    separate draws of ``M`` and ``W - M`` dimensions would not be: their first
+    dimensions are strongly dependent).
+    """
+    M, width = posterior.num_sampled, posterior.base_sample_shape[-1]
+    normals = draw_sobol_normal_samples(d=M, n=n, dtype=posterior.dtype, seed=seed)
+    if width == M:
+        return normals
+    wide = draw_sobol_normal_samples(d=width, n=n, dtype=posterior.dtype, seed=seed)
+    return torch.cat([normals, wide[:, M:]], dim=-1)
 
 
 @GetSampler.register(GPARPosterior)

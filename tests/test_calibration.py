@@ -9,8 +9,11 @@ checkpoints (``FreezeThawIndex.final_paths``). Pooled over three such data sets 
 fits (one alone varies by more than the tolerance), the central 95 % intervals must
 cover the truth within three binomial standard errors; the same fit with every conditional's
 noise forced to its floor, in its fit and in its hyperparameter draws (an over-confident
-model with the same data and kernel hyperparameters), must miss that tolerance, so the
-check tells the two apart. The curve model is the shipped one (it predicts over draws of
+model with the same data and kernel hyperparameters), must cover fewer of the same runs,
+by more than three standard errors of a paired sign test, so the check tells the two
+apart. (Paired, because the floored model's coverage alone can stay inside the band: the
+latent paths' spread, not the noise, makes most of the predictive's width, and where a
+fit explains the last step mostly as noise, flooring it leaves the coverage above 0.92.) The curve model is the shipped one (it predicts over draws of
 its later conditionals' hyperparameters); on the benchmark tables
 (``benchmarks/results/calibration.md``) its coverage is reported per table; this pins the
 well-specified case.
@@ -93,7 +96,10 @@ def test_final_error_intervals_are_calibrated_and_a_noiseless_fit_is_not() -> No
         fitted.append(covered(model, *held_out))
         floor_noise(model)
         floored.append(covered(model, *held_out))
-    value = float(torch.cat(fitted).double().mean())
-    over_confident = float(torch.cat(floored).double().mean())
+    fitted, floored = torch.cat(fitted), torch.cat(floored)
+    value = float(fitted.double().mean())
     assert abs(value - 0.95) <= TOLERANCE, value
-    assert over_confident < 0.95 - TOLERANCE, over_confident
+    # Runs only the fit covers against runs only the floored model covers: equally
+    # many, give or take sqrt(their sum), if flooring the noise changed nothing.
+    lost, gained = int((fitted & ~floored).sum()), int((floored & ~fitted).sum())
+    assert lost - gained > 3 * math.sqrt(lost + gained), (lost, gained)

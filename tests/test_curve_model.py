@@ -139,10 +139,13 @@ def test_posterior_samples_are_untransformed_modelled_samples(model: GPARModel) 
     rows = [int((lengths == k).nonzero()[0]) for k in (1, 3, 5)]
     Xq = torch.cat([torch.rand(2, 2, dtype=X.dtype, generator=torch.Generator().manual_seed(3)),
                     X[rows]]).unsqueeze(-2)  # 5 x 1 x 2
-    base = torch.randn(16, 5, 1, 5, dtype=X.dtype, generator=torch.Generator().manual_seed(4))
+    normals = torch.randn(16, 5, 1, 9, dtype=X.dtype, generator=torch.Generator().manual_seed(4))
     shape = torch.Size([16])
     for noise in (False, True):
         modelled = model.modelled_posterior(Xq, observation_noise=noise)
+        # Noisy increments reported, latent ones fed: 4 noise normals more.
+        assert modelled.base_sample_shape[-1] == (9 if noise else 5)
+        base = normals[..., : modelled.base_sample_shape[-1]]
         z = modelled.rsample_from_base_samples(shape, base)
         # Observed increments are known: the runs' own values replace the samples.
         observed = model.observed[rows].unsqueeze(-2)  # 3 x 1 x 5
@@ -155,7 +158,7 @@ def test_posterior_samples_are_untransformed_modelled_samples(model: GPARModel) 
         torch.testing.assert_close(final.rsample_from_base_samples(shape, base), expected[..., 4:])
         torch.testing.assert_close(final.mean, posterior.mean[..., 4:])
     # A run's observed checkpoints are reported as observed.
-    samples = model.posterior(Xq).rsample_from_base_samples(shape, base)
+    samples = model.posterior(Xq).rsample_from_base_samples(shape, normals[..., :5])
     for i, row in enumerate(rows):
         k = int(lengths[row])
         torch.testing.assert_close(

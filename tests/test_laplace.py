@@ -108,15 +108,17 @@ def test_posterior_is_the_mixture_over_the_draws() -> None:
     for joint points, one point per t-batch, and points shared by the t-batches (with
     normals broadcast over them, as BoTorch's samplers pass them) before a candidate."""
     model = fitted(4, denoise=False)  # fed values are then the observations, whatever the draw
-    M = len(EPOCHS)
     X = torch.rand(3, 2, dtype=torch.double)
-    eps = torch.randn(8, 3, M, dtype=torch.double)
+    # Latent values reported, noisy ones fed: each output but the last has a noise normal.
+    W = model.modelled_posterior(X).base_sample_shape[-1]
+    assert W == 2 * len(EPOCHS) - 1
+    eps = torch.randn(8, 3, W, dtype=torch.double)
     shared = torch.cat([torch.rand(1, 3, 2, dtype=torch.double).expand(4, 3, 2),
                         torch.rand(4, 1, 2, dtype=torch.double)], dim=1)
     layouts = [
         (X, eps),
-        (torch.rand(5, 1, 2, dtype=torch.double), torch.randn(8, 5, 1, M, dtype=torch.double)),
-        (shared, torch.randn(8, 1, 4, M, dtype=torch.double).expand(8, 4, 4, M)),
+        (torch.rand(5, 1, 2, dtype=torch.double), torch.randn(8, 5, 1, W, dtype=torch.double)),
+        (shared, torch.randn(8, 1, 4, W, dtype=torch.double).expand(8, 4, 4, W)),
     ]
     references = []
     for k in range(4):
@@ -163,11 +165,13 @@ def test_outputs_that_see_x_alone_are_predicted_once_for_every_draw(
 
 
 @pytest.mark.parametrize("denoise", [True, False])
+@pytest.mark.parametrize("observation_noise", [True, False])
 def test_stacked_chains_draw_what_the_loop_over_the_chains_draws(
-    model: GPARModel, denoise: bool, monkeypatch: pytest.MonkeyPatch,
+    model: GPARModel, denoise: bool, observation_noise: bool, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The samples, conditional moments and gradients of the stacked chains are the
-    loop's, with latent and with noisy values fed forward and reported, for: one point
+    loop's, with latent and with noisy values fed forward, each reported as the same
+    kind or the other (which draws the noise with its own normals), for: one point
     per t-batch with training points among them (observed prefixes); training runs
     alone (inputs the same for every sample); joint points; a block shared by the
     t-batches before each candidate (qLogNEI's layout, normals broadcast over the
@@ -176,7 +180,7 @@ def test_stacked_chains_draw_what_the_loop_over_the_chains_draws(
 
     model = model if denoise else fitted(4, denoise=False)
     X, _ = data()
-    M = len(EPOCHS)
+    M = len(EPOCHS) + (len(EPOCHS) - 1 if denoise == observation_noise else 0)  # normals per point
     mixed = torch.cat([X[15:25], torch.rand(6, 2, dtype=torch.double)]).unsqueeze(-2)  # 16 x 1 x 2
     joint = torch.cat([X[18:26].view(4, 2, 2), torch.rand(4, 1, 2, dtype=torch.double)], dim=1)
     baseline = torch.cat([X[:4], X[22:24]])  # observed to the end and partly
@@ -194,7 +198,7 @@ def test_stacked_chains_draw_what_the_loop_over_the_chains_draws(
         def draw(max_batch: int) -> tuple[list[torch.Tensor], torch.Tensor]:
             monkeypatch.setattr(posterior_module, "STACKED_MAX_BATCH", max_batch)
             inputs = points.clone().requires_grad_(True)
-            posterior = model.modelled_posterior(inputs, observation_noise=not denoise)
+            posterior = model.modelled_posterior(inputs, observation_noise=observation_noise)
             assert posterior._shared_points(normals, 1).sum() == k
             assert posterior._stacks(16, b, q, k) == (max_batch >= 0)
             out = posterior.rsample_with_conditionals(torch.Size([16]), normals)

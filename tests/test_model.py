@@ -476,7 +476,8 @@ _SCALE_X_TEST = torch.rand(10, 1, 2, dtype=torch.double, generator=torch.Generat
 # latent covariance, which needs jitter).
 _SCALE_X_JOINT = torch.rand(4, 3, 2, dtype=torch.double, generator=torch.Generator().manual_seed(4))
 _SCALE_X_JOINT[:, 1] = _SCALE_X_JOINT[:, 0]
-_SCALE_BASE = torch.randn(64, 4, 3, 3, dtype=torch.double, generator=torch.Generator().manual_seed(5))
+# Three outputs, and two noise normals (GPAR reports latent values and feeds noisy ones).
+_SCALE_BASE = torch.randn(64, 4, 3, 5, dtype=torch.double, generator=torch.Generator().manual_seed(5))
 
 
 def _predictions_in_units_of(scale: float, conventions: str) -> tuple[torch.Tensor, ...]:
@@ -748,7 +749,7 @@ def test_hyperparameters_carried_to_other_data_refeed_with_that_datas_transforms
         assert not torch.allclose(ours.outcome_transform.means, other.outcome_transform.means)
     # ... so the posterior is the reference's.
     X_test = torch.rand(4, 2, 2, dtype=dtype, generator=torch.Generator().manual_seed(2))
-    base = torch.randn(8, 4, 2, Y.shape[-1], dtype=dtype)
+    base = torch.randn(8, *reference.posterior(X_test).base_sample_shape, dtype=dtype)
     torch.testing.assert_close(
         carried.posterior(X_test).rsample_from_base_samples(torch.Size([8]), base),
         reference.posterior(X_test).rsample_from_base_samples(torch.Size([8]), base),

@@ -52,12 +52,12 @@ from typing import NamedTuple
 
 import torch
 from botorch.acquisition.acquisition import AcquisitionFunction
-from botorch.utils.sampling import draw_sobol_normal_samples
 from botorch.utils.transforms import t_batch_mode_transform
 from torch import Tensor
 
 from gpar_bo.curve_model import from_increments
 from gpar_bo.model import GPARModel
+from gpar_bo.posterior import quasi_random_normals
 
 __all__ = ["FinalPaths", "FreezeThawIndex", "expected_improvement_lognormal", "stopping_index"]
 
@@ -228,8 +228,8 @@ class FreezeThawIndex(AcquisitionFunction):
         """
         model, M = self.model, len(self.epochs)
         posterior = model.modelled_posterior(X.unsqueeze(-2), observation_noise=not self.latent_paths)
-        normals = draw_sobol_normal_samples(d=M, n=self.num_samples, dtype=X.dtype, seed=self.seed)
-        base = normals.view(self.num_samples, 1, 1, M).expand(-1, len(X), 1, M)
+        normals = quasi_random_normals(posterior, self.num_samples, self.seed)
+        base = normals.view(self.num_samples, 1, 1, -1).expand(-1, len(X), 1, -1)
         samples, means, variances = posterior.rsample_with_conditionals(
             torch.Size([self.num_samples]), base
         )
