@@ -33,10 +33,10 @@ from gpar_bo.prepared import PreparedConditionals
 #: Sample paths behind ``GPARPosterior.mean`` and ``.variance``.
 NUM_MOMENT_SAMPLES = 256
 
-#: Per output, a block's features and the Cholesky factors of its latent and
-#: noisy covariances (what conditions other points on the block's draw; the noisy
-#: one is None where the noisy value is the latent plus its own noise).
-_Factors = list[tuple[Features, Tensor, Tensor | None]]
+#: Per output, a block's features and the Cholesky factor of the covariance its
+#: draw came from (latent, or noisy where only the noisy value is drawn): what
+#: conditions other points on the block's draw.
+_Factors = list[tuple[Features, Tensor]]
 #: The most points outside a shared block drawn with the chains' predictors stacked
 #: (see ``_stacks``).
 STACKED_MAX_BATCH = 64
@@ -83,7 +83,9 @@ class GPARPosterior(MomentsPosterior):
     normal would keep every output's marginal but make the noisy value a
     function of the latent: it would overstate the reported values'
     correlation with later outputs, and the joint over the points would depend
-    on their order. The joint draw is exact.
+    on their order. The joint draw is exact. Each output draws only the kinds
+    it needs (``kinds``): e.g. D-GPAR without observation noise, as BoTorch's
+    acquisition functions ask for it, factorises no noisy covariance.
 
     Points with an observed prefix (training configurations, or data added with
     ``condition_on_observations``) feed their observed values forward instead
@@ -135,12 +137,16 @@ class GPARPosterior(MomentsPosterior):
         self.observation_noise = observation_noise
         self.denoise = prepared.denoise
         self.output_indices = list(output_indices)
-        # Fed forward as one kind and reported as the other: the latent and the noisy
-        # value are both needed, with independent noise (the last output feeds nothing).
-        both = self.denoise == observation_noise
-        self.noise_outputs = sorted(
-            {m for m in self.output_indices if m < self.num_sampled - 1} if both else set()
-        )
+        # The kinds of value each output's draw must give: the kind fed forward (every
+        # output but the last) and the kind reported (the outputs asked for). Only these
+        # are drawn; with both, the noisy value is the latent plus independent noise.
+        fed = "latent" if self.denoise else "noisy"
+        shown = "noisy" if observation_noise else "latent"
+        self.kinds = [
+            frozenset([fed] * (m < self.num_sampled - 1) + [shown] * (m in self.output_indices))
+            for m in range(self.num_sampled)
+        ]
+        self.noise_outputs = [m for m, kinds in enumerate(self.kinds) if len(kinds) == 2]
 
     @property
     def device(self) -> torch.device:
@@ -207,7 +213,9 @@ class GPARPosterior(MomentsPosterior):
         Returns:
             Samples, conditional means and conditional variances, each
             ``sample_shape x batch_shape x q x M`` over all sampled outputs
-            (``output_indices`` and ``sample_transform`` are not applied).
+            (``output_indices`` and ``sample_transform`` are not applied; the
+            samples of outputs not in ``output_indices`` are the values they
+            feed forward, and their moments those of the reported kind).
         """
         if base_samples.shape[: len(sample_shape)] != sample_shape:
             raise RuntimeError("`sample_shape` disagrees with `base_samples`.")
@@ -305,7 +313,7 @@ class GPARPosterior(MomentsPosterior):
         X, mask, values = X.reshape(b, q, d), mask.reshape(b, q, M), values.reshape(b, q, M)
         noise_columns = {m: M + j for j, m in enumerate(self.noise_outputs)}
         flags = {"denoise": self.denoise, "observation_noise": self.observation_noise,
-                 "noise_columns": noise_columns}
+                 "kinds": self.kinds, "noise_columns": noise_columns}
         if s < len(self.chains):
             warnings.warn(
                 f"{s} samples of a posterior mixed over {len(self.chains)} hyperparameter draws: "
@@ -369,8 +377,9 @@ class GPARPosterior(MomentsPosterior):
         """
         if not constant:
             return block, self._sample_shared(block, predictors)
-        noise_flag = torch.tensor(self.observation_noise)
-        key = (block.X, block.mask, block.values, block.eps, noise_flag)
+        # What the draw holds depends on the kinds drawn, which the normals do not tell.
+        kinds = torch.tensor([("latent" in k) + 2 * ("noisy" in k) for k in self.kinds])
+        key = (block.X, block.mask, block.values, block.eps, kinds)
         cached = self.prepared.shared_draws.lookup(key, slot=slot)
         if cached is None:
             block.X = block.X.detach()  # kept beyond this call: no part of the candidates' graph
@@ -383,27 +392,25 @@ class GPARPosterior(MomentsPosterior):
         """Draw the block's chain jointly over its points, output by output.
 
         Returns:
-            Per output: the block's features and the Cholesky factors of its
-            latent and noisy covariances, which condition the other points.
+            Per output: the block's features and the Cholesky factor of the
+            covariance it was drawn from (latent, or noisy where only the noisy
+            value is needed), which conditions the other points.
         """
         factors = []
         for m in range(self.num_sampled):
             predictor = predictors[m]
+            latent_drawn = "latent" in self.kinds[m]
             features = predictor.features(block.inputs(self.windows[m]))
             covar = predictor.covariance(features, features)
             variance = covar.diagonal(dim1=-2, dim2=-1)
-            chol_f = _cholesky(covar)
-            e = block.eps[..., m]
-            latent = features.mean + _matvec(chol_f, e)
-            if m in block.noise_columns:  # the noisy value adds its own noise to the latent
-                chol_y = None
-                noisy = block.add_noise(m, latent, predictor)
-            else:
+            prior = covar
+            if not latent_drawn:
                 eye = torch.eye(covar.shape[-1], dtype=covar.dtype, device=covar.device)
-                chol_y = _cholesky(covar + _noise_like(predictor, covar) * eye)
-                noisy = features.mean + _matvec(chol_y, e)
-            block.record(m, latent, noisy, features.mean, variance, _noise_like(predictor, variance))
-            factors.append((features, chol_f, chol_y))
+                prior = covar + _noise_like(predictor, covar) * eye
+            chol = _cholesky(prior)
+            draw = features.mean + _matvec(chol, block.eps[..., m])
+            block.record(m, draw, predictor, features.mean, variance)
+            factors.append((features, chol))
         return factors
 
     def _sample_rest(
@@ -435,72 +442,51 @@ class GPARPosterior(MomentsPosterior):
             # predictor that chains share (a conditional without hyperparameter draws)
             # gives the same moments in each: they are computed once per call, not per chain.
             key = None if self.windows[m] else (m, id(predictor))
-            # The noisy value adds its own noise to the latent: no noisy covariance.
-            latent_only = m in block.noise_columns
+            noisy = "latent" not in self.kinds[m]  # drawn with its noise (see _sample_shared)
             if key in shared_moments:
-                features, variance, A_f, A_y, root_f, root_y = shared_moments[key]
+                features, variance, A, root = shared_moments[key]
             else:
                 features = predictor.features(Z)
                 variance = predictor.variance(features)
-                A_f = A_y = None
+                A = None
                 if k:
-                    fB, chol_f, chol_y = factors[m]
+                    fB, chol = factors[m]
                     cross = predictor.covariance(*_common_leading(features, fB))
                     cross = cross.reshape(cross.shape[0], -1, k)  # . x (b q_c) x k
                     # Regression of this block's draw on the shared one: chol_B^{-1} cross^T.
-                    A_f = torch.linalg.solve_triangular(chol_f, cross.mT, upper=False).mT
-                    if not latent_only:
-                        A_y = torch.linalg.solve_triangular(chol_y, cross.mT, upper=False).mT
-                root_f, root_y = self._conditional_roots(
-                    predictor, features, variance, A_f, A_y, shape, latent_only
-                )
+                    A = torch.linalg.solve_triangular(chol, cross.mT, upper=False).mT
+                root = self._conditional_root(predictor, features, variance, A, shape, noisy)
                 if key is not None:
-                    shared_moments[key] = features, variance, A_f, A_y, root_f, root_y
+                    shared_moments[key] = features, variance, A, root
             e = block.eps[..., m]
-            mean_f = features.mean
+            mean = features.mean
             if k:
-                e_B = shared.eps[..., m]
-                mean_f = mean_f + _matvec(A_f, e_B).view(-1, *shape)
-            latent = mean_f + (root_f * e if q_c == 1 else _matvec(root_f, e))
-            if latent_only:
-                noisy = block.add_noise(m, latent, predictor)
-            else:
-                mean_y = features.mean
-                if k:
-                    mean_y = mean_y + _matvec(A_y, e_B).view(-1, *shape)
-                noisy = mean_y + (root_y * e if q_c == 1 else _matvec(root_y, e))
-            block.record(m, latent, noisy, features.mean, variance, _noise_like(predictor, variance))
+                mean = mean + _matvec(A, shared.eps[..., m]).view(-1, *shape)
+            draw = mean + (root * e if q_c == 1 else _matvec(root, e))
+            block.record(m, draw, predictor, features.mean, variance)
 
     @staticmethod
-    def _conditional_roots(
+    def _conditional_root(
         predictor: ConditionalPredictor, features: Features, variance: Tensor,
-        A_f: Tensor | None, A_y: Tensor | None, shape: torch.Size, latent_only: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
-        """Roots of the latent and noisy covariances of ``b x q_c`` points given the
-        shared block (``A_f``, ``A_y``: their regressions on it, or None without one):
-        standard deviations (``. x b x 1``) when ``q_c`` is 1, else Cholesky factors.
-        With ``latent_only`` the noisy root is None."""
+        A: Tensor | None, shape: torch.Size, noisy: bool,
+    ) -> Tensor:
+        """Root of the latent (or with ``noisy`` the noisy) covariance of ``b x q_c``
+        points given the shared block (``A``: their regression on it, or None without
+        one): standard deviations (``. x b x 1``) when ``q_c`` is 1, else a Cholesky factor."""
         q_c = shape[-1]
-        if A_f is not None:
-            A_f = A_f.view(A_f.shape[0], *shape, -1)
-        if A_y is not None:
-            A_y = A_y.view(A_y.shape[0], *shape, -1)
+        if A is not None:
+            A = A.view(A.shape[0], *shape, -1)
         if q_c == 1:
-            cond_f, cond_y = variance, variance + _noise_like(predictor, variance)
-            if A_f is not None:
-                cond_f = cond_f - A_f.pow(2).sum(-1)
-            if A_y is not None:
-                cond_y = cond_y - A_y.pow(2).sum(-1)
-            return _safe_sqrt(cond_f), None if latent_only else _safe_sqrt(cond_y)
-        covar = predictor.covariance(features, features)
-        cond_f = covar if A_f is None else covar - A_f @ A_f.mT
-        root_f = _cholesky(cond_f, covar)
-        if latent_only:
-            return root_f, None
-        eye = torch.eye(q_c, dtype=covar.dtype, device=covar.device)
-        prior_y = covar + _noise_like(predictor, covar) * eye
-        cond_y = prior_y if A_y is None else prior_y - A_y @ A_y.mT
-        return root_f, _cholesky(cond_y, prior_y)
+            cond = variance + _noise_like(predictor, variance) if noisy else variance
+            if A is not None:
+                cond = cond - A.pow(2).sum(-1)
+            return _safe_sqrt(cond)
+        prior = predictor.covariance(features, features)
+        if noisy:
+            eye = torch.eye(q_c, dtype=prior.dtype, device=prior.device)
+            prior = prior + _noise_like(predictor, prior) * eye
+        cond = prior if A is None else prior - A @ A.mT
+        return _cholesky(cond, prior)
 
     @cached_property
     def _paths(self) -> tuple[Tensor, Tensor, Tensor]:
@@ -560,21 +546,17 @@ class _Block:
         eps: Tensor,
         denoise: bool,
         observation_noise: bool,
+        kinds: list[frozenset[str]],
         noise_columns: dict[int, int],
     ) -> None:
         self.X, self.mask, self.values, self.eps = X, mask, values, eps
         self.denoise, self.observation_noise = denoise, observation_noise
+        self.kinds = kinds  # per output, the kinds of value drawn (GPARPosterior.kinds)
         self.noise_columns = noise_columns  # output -> the column of its noise's normals
         self.fed: list[Tensor] = []  # per output: the values later outputs see
         self.reported: list[Tensor] = []
         self.cond_means: list[Tensor] = []
         self.cond_vars: list[Tensor] = []
-
-    def add_noise(self, m: int, latent: Tensor, predictor: ConditionalPredictor) -> Tensor:
-        """Output ``m``'s noisy value: its ``latent`` draw plus observation noise driven
-        by the output's own normals (``noise_columns``), independent of the latent's."""
-        noise = _noise_like(predictor, latent)
-        return latent + noise.sqrt() * self.eps[..., self.noise_columns[m]]
 
     def inputs(self, window: list[int]) -> Tensor:
         """``(1 | s) x points x D`` inputs of a conditional seeing ``window``."""
@@ -588,19 +570,34 @@ class _Block:
     def record(
         self,
         m: int,
-        latent: Tensor,
-        noisy: Tensor,
+        draw: Tensor,
+        predictor: ConditionalPredictor,
         mean: Tensor,
         variance: Tensor,
-        noise: Tensor,
     ) -> None:
-        """Keep output ``m``'s draw: what later outputs see and what is reported."""
-        shape = self.eps.shape[:-1]
-        chain = latent if self.denoise else noisy
-        self.fed.append(torch.where(self.mask[..., m], self.values[..., m], chain))
-        self.reported.append(noisy if self.observation_noise else latent)
+        """Keep output ``m``'s ``draw`` (its latent value if it draws one, else its noisy
+        value; see ``GPARPosterior.kinds``): what later outputs see and what is reported.
+
+        With both kinds, the noisy value is the latent plus observation noise driven by
+        the output's own normals (``noise_columns``). An output that is not reported
+        keeps its fed value as its sample; the last output feeds nothing.
+        """
+        noise = _noise_like(predictor, draw)
+        latent = noisy = None
+        if "latent" in self.kinds[m]:
+            latent = draw
+            if "noisy" in self.kinds[m]:
+                noisy = draw + noise.sqrt() * self.eps[..., self.noise_columns[m]]
+        else:
+            noisy = draw
+        fed = latent if self.denoise else noisy
+        shown = noisy if self.observation_noise else latent
+        fed, shown = (shown if fed is None else fed), (fed if shown is None else shown)
+        self.fed.append(torch.where(self.mask[..., m], self.values[..., m], fed))
+        self.reported.append(shown)
         if self.observation_noise:
-            variance = variance + noise
+            variance = variance + _noise_like(predictor, variance)
+        shape = self.eps.shape[:-1]
         self.cond_means.append(mean.view(-1, *shape[1:]).expand(shape))
         self.cond_vars.append(variance.view(-1, *shape[1:]).expand(shape))
 
