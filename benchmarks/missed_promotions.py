@@ -74,6 +74,7 @@ from benchmarks.freeze_thaw_study import (
 )
 from benchmarks.report import RESULTS, command_line, markdown_table, write_results
 from gpar_bo import GPARModel
+from gpar_bo.posterior import GPARPosterior
 from gpar_bo.curve_model import curve_model_options, floor_zeros, resolve_gpar_options, to_increments
 from gpar_bo.freeze_thaw import FreezeThawIndex, FreezeThawPolicy
 
@@ -95,6 +96,17 @@ def model_options(model: str, problem: TabularProblem) -> dict | None:
     if problem.measurement_noise is None:
         raise ValueError(f"{problem.name} records no measurement noise; model {model!r} needs it.")
     return curve_model_options(measurement_noise=problem.measurement_noise, hyperparameter_draws=0)
+
+
+
+def normals_of(posterior: GPARPosterior, n: int, generator: torch.Generator) -> torch.Tensor:
+    """``n x base_sample_shape`` standard normals for ``posterior``: the outputs' first,
+    drawn as before posteriors had noise outputs (so earlier results reproduce), then
+    the noise outputs'."""
+    shape, M = posterior.base_sample_shape, posterior.num_sampled
+    outputs = torch.randn(n, *shape[:-1], M, generator=generator, dtype=posterior.dtype)
+    noise = torch.randn(n, *shape[:-1], shape[-1] - M, generator=generator, dtype=posterior.dtype)
+    return torch.cat([outputs, noise], dim=-1)
 
 
 def end_state(trace: dict, problem: TabularProblem) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
@@ -234,7 +246,7 @@ def step_pits(trace: dict, problem: TabularProblem, others: int) -> list[dict]:
                 posterior = extended.eval().modelled_posterior(
                     X[row : row + 1], [*range(m + 1)], observation_noise=True
                 )
-                base = torch.randn(*shape, *posterior.base_sample_shape, generator=generator, dtype=X.dtype)
+                base = normals_of(posterior, shape.numel(), generator).view(*shape, *posterior.base_sample_shape)
                 _, means, variances = posterior.rsample_with_conditionals(shape, base)
                 z = (increments[j, m] - means[..., m]) / variances[..., m].sqrt()
                 steps.append(float(normal.cdf(z).mean()))

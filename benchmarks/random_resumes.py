@@ -42,7 +42,7 @@ from tqdm import tqdm
 
 from benchmarks.bo.harness import TabularProblem, simulate
 from benchmarks.freeze_thaw_study import REFERENCE, budget_of, make_problem, method_traces
-from benchmarks.missed_promotions import end_state
+from benchmarks.missed_promotions import end_state, normals_of
 from benchmarks.report import RESULTS, command_line, markdown_table, write_results
 from gpar_bo.curve_model import floor_zeros, to_increments
 from gpar_bo.freeze_thaw import FreezeThawPolicy
@@ -99,8 +99,7 @@ def next_step_scores(
             for row in judged:
                 m = int(observed[row])
                 posterior = model.modelled_posterior(X[row : row + 1], [*range(m + 1)], observation_noise=True)
-                base = torch.randn(NUM_PATHS, *posterior.base_sample_shape, dtype=X.dtype,
-                                   generator=torch.Generator().manual_seed(row))  # the same for every K
+                base = normals_of(posterior, NUM_PATHS, torch.Generator().manual_seed(row))  # the same for every K
                 _, means, variances = posterior.rsample_with_conditionals(torch.Size([NUM_PATHS]), base)
                 mean, std = means[..., m].flatten(), variances[..., m].sqrt().flatten()
                 z = (increments[row, m] - mean) / std

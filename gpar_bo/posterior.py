@@ -147,6 +147,7 @@ class GPARPosterior(MomentsPosterior):
             for m in range(self.num_sampled)
         ]
         self.noise_outputs = [m for m, kinds in enumerate(self.kinds) if len(kinds) == 2]
+        self._pointwise_cache: dict[tuple[int, ...], tuple[Tensor, Tensor, Tensor]] = {}
 
     @property
     def device(self) -> torch.device:
@@ -184,8 +185,9 @@ class GPARPosterior(MomentsPosterior):
 
         Args:
             sample_shape: The sample shape (e.g. ``torch.Size([128])``).
-            base_samples: A ``sample_shape x batch_shape x q x M`` tensor of
-                standard normals; batch dimensions may be of size 1
+            base_samples: A ``sample_shape x batch_shape x q x W`` tensor of
+                standard normals (``W = base_sample_shape[-1]``: ``M`` and the
+                noise outputs'); batch dimensions may be of size 1
                 (broadcast over t-batches, as BoTorch's samplers do).
 
         Returns:
@@ -207,7 +209,7 @@ class GPARPosterior(MomentsPosterior):
 
         Args:
             sample_shape: The sample shape.
-            base_samples: ``sample_shape x batch_shape x q x M`` standard normals,
+            base_samples: ``sample_shape x batch_shape x q x W`` standard normals,
                 as for ``rsample_from_base_samples``.
 
         Returns:
@@ -241,7 +243,7 @@ class GPARPosterior(MomentsPosterior):
         covariance per sample and candidate.
 
         Args:
-            base_samples: ``sample_shape x batch_shape x q x M`` standard normals.
+            base_samples: ``sample_shape x batch_shape x q x W`` standard normals.
             sample_ndim: The number of sample dimensions.
 
         Returns:
@@ -271,7 +273,9 @@ class GPARPosterior(MomentsPosterior):
         ``_shared_points``; often empty) and the rest ``C``. For each output,
         ``B`` is sampled jointly, then ``C`` jointly within each t-batch and
         conditionally on ``B``'s draw, which together is the exact joint draw
-        ``mean + chol(K) eps`` over the points reordered as ``(B, C)``.
+        ``mean + chol(K) eps`` over the points reordered as ``(B, C)`` (``K``:
+        the latent covariance, or the noisy one where only noisy values are
+        drawn; a noise output's noisy value adds its noise normals' draw).
         Shared points that do not lead (``X_pending`` trails) are moved to the
         front, with their normals, and the results moved back. The joint is
         permutation-equivariant, so this is still an exact, deterministic and
@@ -282,7 +286,7 @@ class GPARPosterior(MomentsPosterior):
 
         Args:
             sample_shape: The sample shape ``S``.
-            base_samples: ``S x batch_shape x q x M`` standard normals (batch
+            base_samples: ``S x batch_shape x q x W`` standard normals (batch
                 dimensions may be 1).
 
         Returns:
@@ -488,27 +492,36 @@ class GPARPosterior(MomentsPosterior):
         cond = prior if A is None else prior - A @ A.mT
         return _cholesky(cond, prior)
 
-    @cached_property
-    def _paths(self) -> tuple[Tensor, Tensor, Tensor]:
-        """The fixed quasi-random paths behind the moments, point by point.
+    def _pointwise_paths(self, output_indices: Sequence[int]) -> tuple[Tensor, Tensor, Tensor]:
+        """The fixed quasi-random paths behind the moments, point by point, reporting
+        ``output_indices``.
 
         Returns:
             The reported samples and the conditional means and variances, each
             ``NUM_MOMENT_SAMPLES x batch_shape x q x 1 x M``.
         """
+        # Without noise outputs every choice of reported outputs draws the same paths.
+        key = tuple(output_indices) if self.noise_outputs else ()
+        if key in self._pointwise_cache:
+            return self._pointwise_cache[key]
         # A point's marginal moments depend only on its own chain, so every
         # point runs as its own t-batch (q = 1): memory stays linear in q.
         pointwise = GPARPosterior(
-            self.prepared, self.X.unsqueeze(-2), self.output_indices, self.observation_noise
+            self.prepared, self.X.unsqueeze(-2), output_indices, self.observation_noise
         )
         n = NUM_MOMENT_SAMPLES
-        normals = quasi_random_normals(self, n, seed=0)
+        normals = quasi_random_normals(pointwise, n, seed=0)
         eps = normals.view(n, *([1] * (pointwise.X.dim() - 1)), normals.shape[-1])
-        return pointwise._propagate(torch.Size([n]), eps)
+        self._pointwise_cache[key] = pointwise._propagate(torch.Size([n]), eps)
+        return self._pointwise_cache[key]
 
     @cached_property
     def _moments(self) -> tuple[Tensor, Tensor]:
-        _, cond_means, cond_vars = self._paths
+        # The conditional moments are recorded for every output and depend only on the
+        # values fed forward, so the paths report the last output alone: the fed values
+        # are then drawn from the outputs' normals only (no noise outputs), the same
+        # whatever this posterior reports (and one quasi-random dimension per value fed).
+        _, cond_means, cond_vars = self._pointwise_paths([self.num_sampled - 1])
         idx = self.output_indices
         cond_means, cond_vars = cond_means[..., 0, idx], cond_vars[..., 0, idx]
         mean = cond_means.mean(0)
@@ -526,7 +539,7 @@ class GPARPosterior(MomentsPosterior):
         Returns:
             The ``batch_shape x q x m'`` mean and variance.
         """
-        reported, _, _ = self._paths
+        reported, _, _ = self._pointwise_paths(self.output_indices)
         samples = sample_map(reported[..., self.output_indices].squeeze(-2))
         return samples.mean(0), samples.var(0)
 
@@ -669,10 +682,9 @@ def quasi_random_normals(posterior: GPARPosterior, n: int, seed: int) -> Tensor:
     (``W = base_sample_shape[-1]``), as one point's draw to broadcast over the points.
 
     The outputs' normals are the same whichever outputs are reported (e.g. for
-    the latent and the noisy paths of one model, and for the Rao-Blackwellised
-    moments, which depend on them alone): they are the Sobol draw in ``M``
-    dimensions, and the noise normals are the last columns of the draw in ``W``
-    dimensions. Sobol scrambling transforms each dimension separately, so the
+    the latent and the noisy paths of one D-GPAR model): they are the Sobol draw
+    in ``M`` dimensions, and the noise normals are the last columns of the draw
+    in ``W`` dimensions. Sobol scrambling transforms each dimension separately, so the
     two together are still a scrambled Sobol point set in ``W`` dimensions (two
     separate draws of ``M`` and ``W - M`` dimensions would not be: their first
     dimensions are strongly dependent).

@@ -68,6 +68,49 @@ def test_output_two_moments_match_the_closed_form(
     torch.testing.assert_close(posterior.variance[0, 0, 0], var1, **tolerance(dtype))
 
 
+
+def test_reported_latents_covary_with_later_outputs_as_the_closed_form(
+    linear_model: GPARModel, dtype: torch.dtype,
+) -> None:
+    # GPAR-L feeds the noisy y1 forward and reports latent values: f2 is affine in
+    # the fed y1, so cov(f1(a), f2(b)) = slope(b) K1(a, b), whichever point comes
+    # first. (One normal driving both f1 and y1 gave slope(a) sqrt(K1(a, a) (K1(a, a)
+    # + noise)) at a single point, and values that depended on the points' order.)
+    points = torch.tensor([[0.37], [0.42]], dtype=dtype)
+    first, second = linear_model.posterior(points).predictors
+    _, K1 = first(points.unsqueeze(0), joint=True)
+    K1 = K1.squeeze(0).double()
+
+    def slope(x: torch.Tensor) -> torch.Tensor:  # f2's mean per unit of y1 at x
+        Z = torch.cat([x.view(1, 1, 1).expand(2, 1, 1), torch.tensor([[[0.0]], [[1.0]]], dtype=dtype)], -1)
+        means, _ = second(Z, joint=False)
+        return (means[1] - means[0]).squeeze().double()
+
+    n = 100_000
+    for order in ([0, 1], [1, 0]):
+        posterior = linear_model.posterior(points[order])
+        assert posterior.noise_outputs == [0]
+        with torch.no_grad():
+            samples = posterior.rsample(torch.Size([n]))[:, torch.argsort(torch.tensor(order))].double()
+        f1a = samples[:, 0, 0] - samples[:, 0, 0].mean()
+        for b in (0, 1):
+            f2b = samples[:, b, 1] - samples[:, b, 1].mean()
+            products = f1a * f2b
+            expected = slope(points[b]) * K1[0, b]
+            assert abs(products.mean() - expected) < 4 * products.std() / n**0.5, (order, b)
+
+
+def test_moments_do_not_depend_on_the_outputs_reported(curve_model: GPARModel, dtype: torch.dtype) -> None:
+    # They are computed from the values fed forward, drawn from the outputs' normals
+    # alone, whatever is reported (GPAR reporting latents has noise outputs).
+    X = torch.rand(6, 1, 2, dtype=dtype, generator=torch.Generator().manual_seed(8))
+    every = curve_model.posterior(X)
+    assert every.noise_outputs
+    for indices in ([4], [1, 4]):
+        some = curve_model.posterior(X, output_indices=indices)
+        torch.testing.assert_close(some.mean, every.mean[..., indices])
+        torch.testing.assert_close(some.variance, every.variance[..., indices])
+
 def test_shapes_for_batched_inputs(curve_model: GPARModel, dtype: torch.dtype) -> None:
     X = torch.rand(4, 3, 2, dtype=dtype)
     posterior = curve_model.posterior(X)
