@@ -147,6 +147,9 @@ class GPARPosterior(MomentsPosterior):
             for m in range(self.num_sampled)
         ]
         self.noise_outputs = [m for m, kinds in enumerate(self.kinds) if len(kinds) == 2]
+        # Output -> the column of its noise normals; and the kinds as a tensor (cache keys).
+        self._noise_columns = {m: self.num_sampled + j for j, m in enumerate(self.noise_outputs)}
+        self._kinds_key = torch.tensor([("latent" in k) + 2 * ("noisy" in k) for k in self.kinds])
         self._pointwise_cache: dict[tuple[int, ...], tuple[Tensor, Tensor, Tensor]] = {}
 
     @property
@@ -315,9 +318,8 @@ class GPARPosterior(MomentsPosterior):
             )
         eps = base_samples.expand(sample_shape + self.base_sample_shape).reshape(s, b, q, width)
         X, mask, values = X.reshape(b, q, d), mask.reshape(b, q, M), values.reshape(b, q, M)
-        noise_columns = {m: M + j for j, m in enumerate(self.noise_outputs)}
         flags = {"denoise": self.denoise, "observation_noise": self.observation_noise,
-                 "kinds": self.kinds, "noise_columns": noise_columns}
+                 "kinds": self.kinds, "noise_columns": self._noise_columns}
         if s < len(self.chains):
             warnings.warn(
                 f"{s} samples of a posterior mixed over {len(self.chains)} hyperparameter draws: "
@@ -382,8 +384,7 @@ class GPARPosterior(MomentsPosterior):
         if not constant:
             return block, self._sample_shared(block, predictors)
         # What the draw holds depends on the kinds drawn, which the normals do not tell.
-        kinds = torch.tensor([("latent" in k) + 2 * ("noisy" in k) for k in self.kinds])
-        key = (block.X, block.mask, block.values, block.eps, kinds)
+        key = (block.X, block.mask, block.values, block.eps, self._kinds_key)
         cached = self.prepared.shared_draws.lookup(key, slot=slot)
         if cached is None:
             block.X = block.X.detach()  # kept beyond this call: no part of the candidates' graph
@@ -595,11 +596,11 @@ class _Block:
         the output's own normals (``noise_columns``). An output that is not reported
         keeps its fed value as its sample; the last output feeds nothing.
         """
-        noise = _noise_like(predictor, draw)
         latent = noisy = None
         if "latent" in self.kinds[m]:
             latent = draw
             if "noisy" in self.kinds[m]:
+                noise = _noise_like(predictor, draw)
                 noisy = draw + noise.sqrt() * self.eps[..., self.noise_columns[m]]
         else:
             noisy = draw
