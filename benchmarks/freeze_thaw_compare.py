@@ -1,0 +1,83 @@
+"""One method's regret in two freeze-thaw runs files, paired by seed.
+
+When code under a method changes without changing its name (the posterior's correction of
+2026-12-01, for one), its runs before and after are compared on the same tables and seeds::
+
+    python -m benchmarks.freeze_thaw_compare BEFORE.jsonl AFTER.jsonl --tables 101 mnist
+
+prints a markdown table: for each table and report point of ``benchmarks.freeze_thaw_study``,
+the seeds both files hold, the mean regret in each, and the paired one-sided Wilcoxon p-values
+of "after < before" and "before < after". Regret is the study's: the incumbent's final error
+minus the table's best, the median setting's before a run's first completion.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.bo.analysis import regret_at, wilcoxon_less
+from benchmarks.freeze_thaw_study import (
+    METHODS, REFERENCE, budget_of, canonical_table, load_runs, make_problem, report_points,
+)
+from benchmarks.report import markdown_table
+
+
+def compare(before: Sequence[dict], after: Sequence[dict], tables: Sequence[str],
+            method: str = REFERENCE) -> list[dict]:
+    """One row per table and report point comparing ``method``'s runs in ``before`` and
+    ``after`` (runs-file lines) on the seeds both hold.
+
+    Raises a one-line ``ValueError`` for a table where no seed is in both.
+    """
+    rows = []
+    for table in map(canonical_table, tables):
+        problem = make_problem(table)
+        budget = budget_of(table, problem)
+        n = problem.X.shape[0]
+
+        def traces(lines: Sequence[dict]) -> dict[int, dict]:
+            return {x["seed"]: x["trace"] for x in lines if x["method"] == method and x["table"] == table
+                    and x["rows"] == n and x["budget"] == budget}
+
+        old, new = traces(before), traces(after)
+        seeds = sorted(old.keys() & new.keys())
+        if not seeds:
+            raise ValueError(f"no seed of {method} on table {table!r} (budget {budget}) is in both runs files.")
+        best = problem.best_final_error
+        median = float(problem.final_error.median()) - best
+        points = report_points(table, budget)
+        a, b = (np.array([regret_at(runs[s], best, median, list(points.values()), budget) for s in seeds])
+                for runs in (old, new))
+        for j, label in enumerate(points):
+            rows.append({"table": table, "at": label, "seeds": len(seeds),
+                         "regret_before": float(a[:, j].mean()), "regret_after": float(b[:, j].mean()),
+                         "p_after_less": wilcoxon_less(b[:, j], a[:, j]),
+                         "p_before_less": wilcoxon_less(a[:, j], b[:, j])})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("before", type=Path, help="runs file (freeze_thaw_runs.jsonl) before the change")
+    parser.add_argument("after", type=Path, help="runs file after it")
+    parser.add_argument("--tables", nargs="+", required=True, help="tables as benchmarks.freeze_thaw_study names them")
+    parser.add_argument("--method", default=REFERENCE, choices=METHODS, help=f"default: {REFERENCE}")
+    args = parser.parse_args(argv)
+    for path in (args.before, args.after):
+        if not path.is_file():
+            parser.error(f"no runs file at {path}")
+    try:
+        rows = compare(load_runs(args.before), load_runs(args.after), args.tables, args.method)
+    except ValueError as error:
+        parser.error(str(error))
+    text = markdown_table(rows)
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    main()
