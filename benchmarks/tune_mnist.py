@@ -34,7 +34,9 @@ policy's default (2026-11-28) are kept apart, in ``results/tune_mnist_runs_full_
 those made with the policy's point-estimate model, before hyperparameter draws became its
 default (2026-11-29), in ``results/tune_mnist_runs_point_estimates.jsonl``, and those
 made before the loop told the policy the epochs left of the budget (2026-11-29), in
-``results/tune_mnist_runs_no_horizon.jsonl``.
+``results/tune_mnist_runs_no_horizon.jsonl``, and those made before the posterior's
+correction of 2026-12-01 (docs/model.md, "The posterior"), in
+``results/tune_mnist_runs_before_posterior_fix.jsonl``.
 Runs decide at the MNIST problem's default checkpoints (1, 3, 7, 14, 21: those of the
 freeze-thaw benchmark's MNIST table, ``gpar_bo.problems.mnist.job.TUNING_CHECKPOINTS``);
 ``--checkpoints`` names others, reported apart (``tune_mnist_every_epoch.*`` for every
@@ -66,7 +68,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch: the jobs and GPAR
 import numpy as np
 import torch
 
-from benchmarks.bo.analysis import mean_se
+from benchmarks.bo.analysis import mean_se, wilcoxon_less
 from benchmarks.report import RESULTS, command_line, exclusive, markdown_table, write_results
 
 METHODS = ("freeze_thaw", "ax_default", "ax_percentile")
@@ -329,6 +331,8 @@ def report(records: list[dict], settings: Settings, seeds: Sequence[int], out: P
     complete = [s for s in seeds if len(best[s]) == len(METHODS)]
     wins = {other: sum(best[s]["freeze_thaw"] < best[s][other] for s in complete) for other in METHODS[1:]}
     ties = {other: sum(best[s]["freeze_thaw"] == best[s][other] for s in complete) for other in METHODS[1:]}
+    p_lower = {other: wilcoxon_less([best[s]["freeze_thaw"] for s in complete], [best[s][other] for s in complete])
+               if complete else math.nan for other in METHODS[1:]}
     summary = []
     for method in METHODS:
         values = np.array([[best[s][method]] for s in complete])
@@ -367,7 +371,9 @@ def report(records: list[dict], settings: Settings, seeds: Sequence[int], out: P
         "**Freeze-thaw wins** (lower best final validation error, per seed): "
         + ", ".join(f"{w} of {len(complete)} against {o} ({ties[o]} tied)" for o, w in wins.items())
         + f". Target: at least {target} of {len(complete)} against each, and no epoch past a decision: "
-        f"**{'met' if met else 'missed'}**.",
+        f"**{'met' if met else 'missed'}**. Paired one-sided Wilcoxon signed-rank test of freeze-thaw's "
+        "best final validation error being lower, over the same seeds: "
+        + ", ".join(f"p {p_lower[o]:.2g} against {o}" for o in wins) + ".",
         protocol_text(blocks),
         behaviour,
         f"**Epochs past the decision checkpoint:** {past} over {verdicts} stop and pause verdicts "
@@ -389,7 +395,8 @@ def report(records: list[dict], settings: Settings, seeds: Sequence[int], out: P
         f"Each run is one line of `{RUNS_FILE}`, appended by `python -m benchmarks.tune_mnist --seeds ...` "
         "(a run already in the file is not rerun); the command below wrote this report from that file.",
     ]
-    extra = {"records": list(mine.values()), "wins": wins, "ties": ties, "target_met": met, "summary": summary,
+    extra = {"records": list(mine.values()), "wins": wins, "ties": ties, "p_freeze_thaw_lower": p_lower,
+             "target_met": met, "summary": summary,
              "protocol_blocks": blocks,
              "settings": asdict(settings)}
     write_results(out, settings.stem, "`gpar-bo tune` freeze-thaw vs Ax on real MNIST training",

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from scipy.stats import wilcoxon
 
 from benchmarks import tune_mnist as bench
 
@@ -125,6 +126,12 @@ def test_report_counts_wins_and_ties_per_seed(tmp_path):
     result = json.loads((tmp_path / f"{settings.stem}.json").read_text())
     assert result["wins"] == {"ax_default": 1, "ax_percentile": 1}
     assert result["ties"] == {"ax_default": 2, "ax_percentile": 1}
+    ours = [f[0] for f in finals.values()]
+    for i, other in enumerate(bench.METHODS[1:], start=1):  # scipy's test, over the seeds' pairs
+        theirs = [f[i] for f in finals.values()]
+        expected = 1.0 if ours == theirs else wilcoxon(ours, theirs, alternative="less").pvalue
+        assert result["p_freeze_thaw_lower"][other] == pytest.approx(expected)
+    assert f"p {result['p_freeze_thaw_lower']['ax_default']:.2g} against ax_default" in text
     assert "1 of 3 against ax_default (2 tied)" in text and "**missed**" in text
 
 
