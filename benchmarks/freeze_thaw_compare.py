@@ -21,29 +21,36 @@ import numpy as np
 
 from benchmarks.bo.analysis import regret_at, wilcoxon_less
 from benchmarks.freeze_thaw_study import (
-    METHODS, REFERENCE, budget_of, canonical_table, load_runs, make_problem, report_points,
+    BUDGET_RUNS, METHODS, REFERENCE, budget_of, canonical_table, load_runs, make_problem, report_points,
 )
 from benchmarks.report import markdown_table
 
 
 def compare(before: Sequence[dict], after: Sequence[dict], tables: Sequence[str],
-            method: str = REFERENCE) -> list[dict]:
+            method: str = REFERENCE, budget_runs: int = BUDGET_RUNS) -> list[dict]:
     """One row per table and report point comparing ``method``'s runs in ``before`` and
-    ``after`` (runs-file lines) on the seeds both hold.
+    ``after`` (runs-file lines) at the study's budget of ``budget_runs`` full runs, on the
+    seeds both hold.
 
-    Raises a one-line ``ValueError`` for a table where no seed is in both.
+    Raises a one-line ``ValueError`` for a table where no seed is in both, or where one
+    file holds two runs of a seed.
     """
     rows = []
     for table in map(canonical_table, tables):
         problem = make_problem(table)
-        budget = budget_of(table, problem)
+        budget = budget_of(table, problem, budget_runs)
         n = problem.X.shape[0]
 
-        def traces(lines: Sequence[dict]) -> dict[int, dict]:
-            return {x["seed"]: x["trace"] for x in lines if x["method"] == method and x["table"] == table
-                    and x["rows"] == n and x["budget"] == budget}
+        def traces(lines: Sequence[dict], name: str) -> dict[int, dict]:
+            found: dict[int, dict] = {}
+            for x in lines:
+                if x["method"] == method and x["table"] == table and x["rows"] == n and x["budget"] == budget:
+                    if x["seed"] in found:
+                        raise ValueError(f"the {name} runs hold two runs of {method} on table {table!r}, seed {x['seed']}.")
+                    found[x["seed"]] = x["trace"]
+            return found
 
-        old, new = traces(before), traces(after)
+        old, new = traces(before, "before"), traces(after, "after")
         seeds = sorted(old.keys() & new.keys())
         if not seeds:
             raise ValueError(f"no seed of {method} on table {table!r} (budget {budget}) is in both runs files.")
@@ -66,12 +73,16 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("after", type=Path, help="runs file after it")
     parser.add_argument("--tables", nargs="+", required=True, help="tables as benchmarks.freeze_thaw_study names them")
     parser.add_argument("--method", default=REFERENCE, choices=METHODS, help=f"default: {REFERENCE}")
+    parser.add_argument("--budget-runs", type=int, default=BUDGET_RUNS,
+                        help=f"the runs' budget in full runs' worth of epochs, as in the study (default {BUDGET_RUNS})")
     args = parser.parse_args(argv)
+    if args.budget_runs < 1:
+        parser.error(f"--budget-runs must be >= 1; got {args.budget_runs}")
     for path in (args.before, args.after):
         if not path.is_file():
             parser.error(f"no runs file at {path}")
     try:
-        rows = compare(load_runs(args.before), load_runs(args.after), args.tables, args.method)
+        rows = compare(load_runs(args.before), load_runs(args.after), args.tables, args.method, args.budget_runs)
     except ValueError as error:
         parser.error(str(error))
     text = markdown_table(rows)

@@ -9,10 +9,11 @@ from benchmarks import freeze_thaw_compare as compare
 from benchmarks.freeze_thaw_study import budget_of, make_problem
 
 
-def _line(method: str, seed: int, final_regret: float, budget: int, best: float, rows: int) -> dict:
-    """A run whose only completion, at the budget's last epoch, has ``final_regret``."""
-    trace = {"epochs": [budget], "incumbent_error": [best + final_regret]}
-    return {"method": method, "table": "quick", "rows": rows, "seed": seed, "budget": budget, "trace": trace}
+def _line(method: str, seed: int, final_regret: float, budget: int, best: float, rows: int,
+          table: str = "quick", epochs: int | None = None) -> dict:
+    """A run whose only completion, after ``epochs`` (default: the budget), has ``final_regret``."""
+    trace = {"epochs": [budget if epochs is None else epochs], "incumbent_error": [best + final_regret]}
+    return {"method": method, "table": table, "rows": rows, "seed": seed, "budget": budget, "trace": trace}
 
 
 @pytest.fixture
@@ -25,10 +26,12 @@ def test_pairs_seeds_both_files_hold_and_tests_both_ways(quick):
     budget, best, rows = quick
     old = [0.05, 0.04, 0.06, 0.03, 0.07, 0.08, 0.02]
     new = [0.01, 0.02, 0.00, 0.01, 0.03, 0.02, 0.01]
-    before = [_line("gpar_freeze_thaw", s, r, budget, best, rows) for s, r in enumerate(old)]
-    after = [_line("gpar_freeze_thaw", s, r, budget, best, rows) for s, r in enumerate(new[:6])]
-    after += [_line("asha", 6, 0.0, budget, best, rows),  # another method: not compared
-              _line("gpar_freeze_thaw", 6, 0.0, budget + 1, best, rows)]  # another budget: not compared
+    before = [_line("gpar_freeze_thaw", s, r, budget, best, rows) for s, r in enumerate(old[:6])]
+    after = [_line("gpar_freeze_thaw", s, r, budget, best, rows) for s, r in reversed(list(enumerate(new)))]
+    # Not compared: seed 6 (only in `after`), another method, budget, row count or table.
+    before += [_line("asha", 6, 0.0, budget, best, rows), _line("gpar_freeze_thaw", 6, 0.0, budget + 1, best, rows),
+               _line("gpar_freeze_thaw", 6, 0.0, budget, best, rows + 1),
+               _line("gpar_freeze_thaw", 6, 0.0, budget, best, rows, table="101")]
 
     table = compare.compare(before, after, ["quick"])
     assert [r["at"] for r in table] == ["25%", "50%", "100%"]
@@ -41,6 +44,32 @@ def test_pairs_seeds_both_files_hold_and_tests_both_ways(quick):
     median = float(make_problem("quick").final_error.median()) - best
     assert table[0]["regret_before"] == table[0]["regret_after"] == pytest.approx(median)  # nothing done yet
     assert table[0]["p_after_less"] == 1.0  # every pair ties
+
+
+def test_reads_mnist_at_300_epochs_and_other_budgets():
+    problem = make_problem("mnist")
+    best, rows = problem.best_final_error, problem.X.shape[0]
+    budget = budget_of("mnist", problem)
+    before = [_line("gpar_freeze_thaw", s, 0.01, budget, best, rows, "mnist", epochs=200) for s in range(3)]
+    after = [_line("gpar_freeze_thaw", s, 0.02, budget, best, rows, "mnist", epochs=400) for s in range(3)]
+    table = {r["at"]: r for r in compare.compare(before, after, ["mnist"])}
+    assert list(table) == ["300ep", "25%", "50%", "100%"]
+    assert table["300ep"]["regret_before"] == pytest.approx(0.01)  # done after 200 epochs
+    assert table["300ep"]["regret_after"] == pytest.approx(float(problem.final_error.median()) - best)
+    assert table["100%"]["regret_after"] == pytest.approx(0.02)
+
+    short = budget_of("mnist", problem, 12)
+    lines = [_line("gpar_freeze_thaw", 0, 0.03, short, best, rows, "mnist")]
+    assert compare.compare(lines, lines, ["mnist"], budget_runs=12)[-1]["regret_after"] == pytest.approx(0.03)
+    with pytest.raises(ValueError, match="no seed"):
+        compare.compare(lines, lines, ["mnist"])  # the default budget holds none of them
+
+
+def test_two_runs_of_a_seed_in_one_file_are_an_error(quick):
+    budget, best, rows = quick
+    once = [_line("gpar_freeze_thaw", 0, 0.01, budget, best, rows)]
+    with pytest.raises(ValueError, match="after runs hold two runs of gpar_freeze_thaw on table 'quick', seed 0"):
+        compare.compare(once, once + once, ["quick"])
 
 
 def test_cli_prints_the_table_and_rejects_bad_input(tmp_path, quick, capsys):
