@@ -1,6 +1,7 @@
 """Pairing one method's runs in two runs files by seed."""
 
 import json
+from pathlib import Path
 
 import pytest
 from scipy.stats import wilcoxon
@@ -90,3 +91,26 @@ def test_cli_prints_the_table_and_rejects_bad_input(tmp_path, quick, capsys):
     with pytest.raises(SystemExit):
         compare.main([*paths, "--tables", "quick", "--method", "asha"])
     assert "no seed of asha on table 'quick'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        compare.main([*paths, "--tables", "no_such_table"])
+    assert "unknown table 'no_such_table'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        compare.main([*paths, "--tables", "quick", "--budget-runs", "0"])
+    assert "--budget-runs must be >= 1" in capsys.readouterr().err
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text(Path(paths[0]).read_text() * 2)
+    with pytest.raises(SystemExit):
+        compare.main([str(twice), paths[1], "--tables", "quick"])
+    assert "before runs hold two runs of gpar_freeze_thaw on table 'quick', seed 0" in capsys.readouterr().err
+
+
+def test_cli_reads_runs_at_another_budget(tmp_path):
+    problem = make_problem("mnist")
+    budget = budget_of("mnist", problem, 3)
+    path = tmp_path / "runs.jsonl"
+    line = _line("gpar_freeze_thaw", 0, 0.04, budget, problem.best_final_error, problem.X.shape[0], "mnist")
+    path.write_text(json.dumps(line) + "\n")
+    text = compare.main([str(path), str(path), "--tables", "mnist", "--budget-runs", "3"])
+    assert "| mnist | 100% | 1 | 0.04 | 0.04 |" in text
+    with pytest.raises(SystemExit):  # at the default budget the file holds no run
+        compare.main([str(path), str(path), "--tables", "mnist"])
