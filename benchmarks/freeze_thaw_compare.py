@@ -17,11 +17,10 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
-from benchmarks.bo.analysis import regret_at, wilcoxon_less
+from benchmarks.bo.analysis import wilcoxon_less
 from benchmarks.freeze_thaw_study import (
     BUDGET_RUNS, METHODS, REFERENCE, budget_of, canonical_table, load_runs, make_problem, report_points,
+    report_regrets,
 )
 from benchmarks.report import markdown_table
 
@@ -54,12 +53,8 @@ def compare(before: Sequence[dict], after: Sequence[dict], tables: Sequence[str]
         seeds = sorted(old.keys() & new.keys())
         if not seeds:
             raise ValueError(f"no seed of {method} on table {table!r} (budget {budget}) is in both runs files.")
-        best = problem.best_final_error
-        median = float(problem.final_error.median()) - best
-        points = report_points(table, budget)
-        a, b = (np.array([regret_at(runs[s], best, median, list(points.values()), budget) for s in seeds])
-                for runs in (old, new))
-        for j, label in enumerate(points):
+        a, b = (report_regrets(table, problem, budget, [runs[s] for s in seeds]) for runs in (old, new))
+        for j, label in enumerate(report_points(table, budget)):
             rows.append({"table": table, "at": label, "seeds": len(seeds),
                          "regret_before": float(a[:, j].mean()), "regret_after": float(b[:, j].mean()),
                          "p_after_less": wilcoxon_less(b[:, j], a[:, j]),

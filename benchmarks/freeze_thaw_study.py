@@ -337,6 +337,16 @@ def spending_rows(table: str, problem: TabularProblem, runs: dict[str, list[dict
     return rows
 
 
+def report_regrets(table: str, problem: TabularProblem, budget: int, traces: list[dict]) -> np.ndarray:
+    """``len(traces) x P`` regret of each run's trace at the ``P`` report points
+    (:func:`report_points`): its incumbent's final error minus the table's best, and the
+    median setting's before its first completion."""
+    best = problem.best_final_error
+    before = float(problem.final_error.median()) - best
+    points = list(report_points(table, budget).values())
+    return np.array([regret_at(trace, best, before, points, budget) for trace in traces])
+
+
 def table_rows(
     table: str, problem: TabularProblem, runs: dict[str, list[dict]], budget: int
 ) -> tuple[list[dict], list[dict]]:
@@ -355,7 +365,7 @@ def table_rows(
     summary, tests = [], []
     for method, lines in runs.items():
         traces = [x["trace"] for x in lines]
-        regrets = np.array([regret_at(t, best, before, list(points.values()), budget) for t in traces])
+        regrets = report_regrets(table, problem, budget, traces)
         mean, se = mean_se(regrets)
         row: dict = {"table": table, "method": method, "seeds": len(traces)}
         for label, m, s in zip(points, mean, se):

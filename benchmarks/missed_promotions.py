@@ -74,9 +74,9 @@ from benchmarks.freeze_thaw_study import (
 )
 from benchmarks.report import RESULTS, command_line, markdown_table, write_results
 from gpar_bo import GPARModel
-from gpar_bo.posterior import GPARPosterior
 from gpar_bo.curve_model import curve_model_options, floor_zeros, resolve_gpar_options, to_increments
 from gpar_bo.freeze_thaw import FreezeThawIndex, FreezeThawPolicy
+from gpar_bo.posterior import GPARPosterior
 
 #: Draws from each path's log-normal (``final_error_samples``): 128 paths x 8 draws.
 NUM_DRAWS = 8
@@ -96,7 +96,6 @@ def model_options(model: str, problem: TabularProblem) -> dict | None:
     if problem.measurement_noise is None:
         raise ValueError(f"{problem.name} records no measurement noise; model {model!r} needs it.")
     return curve_model_options(measurement_noise=problem.measurement_noise, hyperparameter_draws=0)
-
 
 
 def normals_of(posterior: GPARPosterior, n: int, generator: torch.Generator) -> torch.Tensor:
