@@ -56,6 +56,7 @@ compound along a path (errors that persist within a run), not at one conditional
 from __future__ import annotations
 
 import argparse
+import bisect
 import math
 import os
 from collections.abc import Sequence
@@ -140,7 +141,9 @@ def paused_predictions(trace: dict, problem: TabularProblem, model: str = "polic
 
     Returns:
         One dict per paused run: its setting, rank of its true final error in the
-        table (0 = best), checkpoints observed, last observed error, the 2.5 %, 50 %
+        table (0 = best), checkpoints observed, last observed error, its standing
+        there (the share of the table's settings with a lower error at that
+        checkpoint: 0 = the best there), the 2.5 %, 50 %
         and 97.5 % quantiles of the predictive, the true final error, where it fell
         (``side``: "below", "inside" or "above" the 95 % interval), and the
         predictive's probability of a final error below the run's incumbent. Empty
@@ -158,6 +161,7 @@ def paused_predictions(trace: dict, problem: TabularProblem, model: str = "polic
         return []
     final = problem.error[:, -1]
     rank = final.argsort().argsort()
+    at_checkpoints = problem.error[:, torch.tensor(problem.checkpoints) - 1]
     incumbent = float(floor_zeros(Y)[~Y[:, -1].isnan(), -1].min())  # as the policy reads a 0
     quantiles = torch.quantile(samples, torch.tensor([0.025, 0.5, 0.975], dtype=samples.dtype), dim=0)
     out = []
@@ -166,11 +170,13 @@ def paused_predictions(trace: dict, problem: TabularProblem, model: str = "polic
         truth = float(final[setting])
         low, median, high = (float(q) for q in quantiles[:, j])
         observed = int((~Y[row].isnan()).sum())
+        last = float(Y[row, observed - 1])
         out.append({
             "setting": setting,
             "final_rank": int(rank[setting]),
             "observed": observed,
-            "last_error": float(Y[row, observed - 1]),
+            "last_error": last,
+            "standing": float((at_checkpoints[:, observed - 1] < last).double().mean()),
             "low": low,
             "median": median,
             "high": high,
@@ -348,6 +354,45 @@ def summary_rows(
     return counts, left
 
 
+#: Upper edges of the standing buckets of ``state_rows`` (share of the table's settings
+#: with a lower error at the run's last checkpoint).
+STANDING_EDGES = (0.1, 0.25, 0.5, 1.0)
+
+
+def state_rows(table: str, model: str, problem: TabularProblem,
+               per_seed: dict[int, list[dict]]) -> list[dict]:
+    r"""The sides of the paused runs' final errors by the state they were left in.
+
+    Paused runs are grouped by the checkpoints they observed and by their standing at
+    the last of them (``paused_predictions``'s ``standing``: top 10 %, 10-25 %, 25-50 %,
+    the worse half of the table's settings there). Per group: the count, the shares
+    below, inside and above the 95 % interval, and ``log_bias``, the mean of
+    ``log(median / truth)`` (positive: the model expected a worse final error than the
+    run reached). Errors of exactly 0 are read as half the table's smallest positive
+    error (the model reads a 0 by its own data's, so there the bias is approximate). Where the misses on the two sides come from
+    different groups, the table's mix of groups sets which side dominates overall.
+    """
+    positive = problem.error[problem.error > 0]
+    floor = float(positive.min()) / 2 if len(positive) else 1e-3
+    runs = [p for by_seed in per_seed.values() for p in by_seed]
+    labels = [f"{100 * lo:g}-{100 * hi:g} %" for lo, hi in zip((0.0, *STANDING_EDGES[:-1]), STANDING_EDGES)]
+    bucket = [bisect.bisect_right(STANDING_EDGES[:-1], p["standing"]) for p in runs]
+    rows = []
+    for observed in sorted({p["observed"] for p in runs}):
+        for k, label in enumerate(labels):
+            picked = [p for p, b in zip(runs, bucket) if p["observed"] == observed and b == k]
+            if not picked:
+                continue
+            n = len(picked)
+            row = {"table": table, "model": model, "observed": observed, "standing": label, "n": n}
+            for side in ("below", "inside", "above"):
+                row[side] = sum(p["side"] == side for p in picked) / n
+            row["log_bias"] = float(np.mean([math.log(max(p["median"], floor) / max(p["final_error"], floor))
+                                             for p in picked]))
+            rows.append(row)
+    return rows
+
+
 def spread_by_first_quartile(table: str, problem: TabularProblem) -> dict:
     """How much runs change after the first checkpoint, by how good they were there.
 
@@ -483,11 +528,12 @@ def main(argv: Sequence[str] | None = None) -> str:
         for table, seed in tqdm([(t, s) for t in args.tables for s in sorted(traces[t])],
                                 desc="one checkpoint at a time", unit="run"):
             stepped.setdefault(table, {})[seed] = step_pits(traces[table][seed], problems[table], args.steps)
-    counts, left = [], []
+    counts, left, states = [], [], []
     for (table, model), per_seed in results.items():
         c, b = summary_rows(table, model, problems[table], per_seed)
         counts += c
         left += b
+        states += state_rows(table, model, problems[table], per_seed)
     args.out.mkdir(parents=True, exist_ok=True)
     name = "missed_promotions_quick" if args.quick else "missed_promotions"
     spreads = [spread_by_first_quartile(t, problems[t]) for t in args.tables]
@@ -510,6 +556,13 @@ def main(argv: Sequence[str] | None = None) -> str:
              "the best quarter, the runs the policy mostly continues; its later conditionals learn "
              "from them). Where Q2-Q4 spread much more than Q1, a model fitted on the continued "
              "runs is too sure about the paused ones.\n\n" + markdown_table(spreads, digits=3))
+    body += ("\n\n## Where the paused runs were left, and which side they missed on\n\n"
+             "The paused runs by the checkpoints they observed (`observed`) and their standing at "
+             "the last of them among the table's settings (`standing`: 0-10 % the best tenth "
+             "there); per group the count, the shares of finals below, inside and above the 95 % "
+             "interval, and `log_bias`, the mean log of the predictive's median over the true final "
+             "error (positive: the model expected worse than the run reached; `state_rows`).\n\n"
+             + markdown_table(states, digits=3))
     steps = [row for table, per_seed in stepped.items() for row in step_rows(table, per_seed)]
     if steps:
         body += ("\n\n## Where the misses arise: one checkpoint at a time (`--steps`)\n\n"
@@ -525,7 +578,7 @@ def main(argv: Sequence[str] | None = None) -> str:
     write_results(
         args.out, name, "Where the policy's model put the final errors of the runs it left paused",
         counts, command_line(argv), list(range(args.seeds)), notes=body,
-        extra={"best_left_paused": left, "best_never_started": unstarted,
+        extra={"best_left_paused": left, "best_never_started": unstarted, "by_state": states,
                "spread_by_first_quartile": spreads,
                "one_checkpoint_at_a_time": {t: {str(s): r for s, r in by.items()} for t, by in stepped.items()},
                "top_paused": {f"{t} {m}": {str(s): [p for p in r if p["final_rank"] < TOP] for s, r in by.items()}

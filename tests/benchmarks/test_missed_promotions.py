@@ -63,6 +63,8 @@ def test_paused_predictions_place_each_final_against_its_interval(problem, quick
         side = ("below" if p["final_error"] < p["low"] else
                 "above" if p["final_error"] > p["high"] else "inside")
         assert p["side"] == side and 0 <= p["p_beats_incumbent"] <= 1
+        column = problem.error[:, problem.checkpoints[p["observed"] - 1] - 1]
+        assert p["standing"] == pytest.approx(float((column < p["last_error"]).double().mean()))
     # point estimates predict the same paused runs from the same state, more narrowly
     point = mp.paused_predictions(trace, problem, "point")
     assert [w["setting"] for w in point] == [p["setting"] for p in predictions]
@@ -138,6 +140,28 @@ def test_quick_report_and_bad_input(tmp_path, monkeypatch, problem, quick_trace)
         mp.main(["--runs", str(tmp_path / "none.jsonl"), "--out", str(tmp_path)])
     with pytest.raises(SystemExit):  # not a method of the study that runs the policy
         mp.main(["--method", "asha", "--out", str(tmp_path)])
+
+
+def test_state_rows_group_paused_runs_by_checkpoint_and_standing(problem) -> None:
+    def run(observed, standing, median, final, side):
+        return {"observed": observed, "standing": standing, "median": median,
+                "final_error": final, "side": side}
+
+    per_seed = {
+        0: [run(1, 0.0, 0.2, 0.1, "below"), run(1, 0.05, 0.1, 0.1, "inside"),
+            run(1, 0.6, 0.4, 0.8, "above")],
+        1: [run(1, 0.99, 0.5, 0.5, "inside"), run(2, 0.25, 0.3, 0.0, "below")],
+    }
+    rows = mp.state_rows("toy", "policy", problem, per_seed)
+    key = {(r["observed"], r["standing"]): r for r in rows}
+    assert list(key) == [(1, "0-10 %"), (1, "50-100 %"), (2, "25-50 %")]  # empty groups left out
+    top = key[1, "0-10 %"]
+    assert (top["n"], top["below"], top["inside"], top["above"]) == (2, 0.5, 0.5, 0.0)
+    assert top["log_bias"] == pytest.approx(np.log(2) / 2)
+    worst = key[1, "50-100 %"]
+    assert (worst["n"], worst["above"]) == (2, 0.5) and worst["log_bias"] == pytest.approx(np.log(0.5) / 2)
+    floor = float(problem.error[problem.error > 0].min()) / 2  # a final of 0, read as the model reads it
+    assert key[2, "25-50 %"]["log_bias"] == pytest.approx(np.log(0.3 / floor))
 
 
 def test_spread_by_first_quartile_is_the_change_after_the_first_checkpoint() -> None:
