@@ -49,9 +49,12 @@ candidate, not the default): from output 3 on, each conditional's LogNormal nois
 has its mode at the previous conditional's fitted noise
 (``gpar_bo.conditionals.center_noise_prior``); ``laplace_gamma`` is that model with
 ``noise_prior="gamma"``, ``laplace_measured`` that model told the table's measurement
-noise (``measured`` with the draws), and ``laplace_linear`` that model with the "L-NL-X"
+noise (``measured`` with the draws), ``laplace_linear`` that model with the "L-NL-X"
 kernels (a candidate: a linear term on the earlier outputs, so that a run unlike the
-continued ones follows their trend instead of their mean).
+continued ones follows their trend instead of their mean), and ``laplace_converged`` that
+model fitted to convergence (a candidate: ``benchmarks.bo.freeze_thaw.CONVERGED_FIT``'s
+L-BFGS-B tolerances instead of the model's, at which fits stop where they stall;
+``benchmarks.fit_sensitivity``).
 
 Usage::
 
@@ -88,6 +91,7 @@ import torch
 from botorch.fit import fit_gpytorch_mll
 from torch import Tensor
 
+from benchmarks.bo.freeze_thaw import CONVERGED_FIT
 from benchmarks.bo.harness import TabularProblem
 from benchmarks.bo.problems import MNIST_STUDY_CSV, funnel_table, mnist_table, synthetic_problem
 from benchmarks.bo.surrogates import FreezeThaw
@@ -123,7 +127,10 @@ GPAR_VARIANTS: Mapping[str, Callable[[TabularProblem], dict[str, Any]]] = {
     "laplace_gamma": lambda problem: curve_model_options(noise_prior="gamma"),
     "laplace_measured": lambda problem: measured_options(problem, hyperparameter_draws=HYPERPARAMETER_DRAWS),
     "laplace_linear": lambda problem: curve_model_options(kernel="L-NL-X"),
+    "laplace_converged": lambda problem: curve_model_options(),
 }
+#: ``fit_gpytorch_mll`` arguments of the variants not fitted with the model's defaults.
+FIT_KWARGS: Mapping[str, dict[str, Any]] = {"laplace_converged": CONVERGED_FIT}
 TABLES: dict[str, Callable[[], TabularProblem]] = {
     "mnist": mnist_table,
     "funnel_digits": funnel_table,
@@ -197,12 +204,15 @@ def split_selected(
     return problem.X[rows], Y, stopped, values[stopped, -1]
 
 
-def fit_curve_model(X: Tensor, Y: Tensor, options: Mapping[str, Any]) -> GPARModel:
-    """GPAR on the log-error increments of ``Y`` (``n x M``), fitted as the policy fits it."""
+def fit_curve_model(
+    X: Tensor, Y: Tensor, options: Mapping[str, Any], fit_kwargs: Mapping[str, Any] | None = None
+) -> GPARModel:
+    """GPAR on the log-error increments of ``Y`` (``n x M``), fitted as the policy fits it
+    (``fit_kwargs``: ``fit_gpytorch_mll``'s arguments, as ``FreezeThawPolicy``'s)."""
     model = GPARModel(X, Y, **resolve_gpar_options(options))
     with torch.random.fork_rng():  # fit retries draw from the global RNG
         torch.manual_seed(0)
-        fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model))
+        fit_gpytorch_mll(GPARMarginalLogLikelihood(model.likelihood, model), **(fit_kwargs or {}))
     return model
 
 
@@ -278,7 +288,7 @@ def evaluate(
         mean, variance = surrogate.predict_final(X_test, Y_test)
         means, variances = mean.unsqueeze(0), variance.unsqueeze(0)
     else:
-        model = fit_curve_model(X, Y, GPAR_VARIANTS[model_name](problem))
+        model = fit_curve_model(X, Y, GPAR_VARIANTS[model_name](problem), FIT_KWARGS.get(model_name))
         fit_seconds = time.perf_counter() - start
         means, variances = final_mixture(
             model, problem.checkpoints, X_test, Y_test, add_prefixes=split_name == "random"
@@ -483,7 +493,9 @@ def write_results(
         "fitted noise; `laplace_gamma` = the shipped model with `noise_prior=\"gamma\"`; "
         "`laplace_measured` = the shipped model told the table's measurement noise; "
         "`laplace_linear` = the shipped model with the \"L-NL-X\" kernels (a linear term on the "
-        "earlier outputs; a candidate).",
+        "earlier outputs; a candidate); `laplace_converged` = the shipped model fitted to "
+        "convergence (`benchmarks.bo.freeze_thaw.CONVERGED_FIT`: L-BFGS-B ftol 1e-12, gtol 1e-9; a "
+        "candidate).",
         "",
         "`fit s`: mean seconds per fit under the machine's load at the time (other sessions "
         "shared its 2 cores), not a speed measurement.",

@@ -9,6 +9,12 @@ prints a markdown table: for each table and report point of ``benchmarks.freeze_
 the seeds both files hold, the mean regret in each, and the paired one-sided Wilcoxon p-values
 of "after < before" and "before < after". Regret is the study's: the incumbent's final error
 minus the table's best, the median setting's before a run's first completion.
+
+``--after-method`` compares another method's runs in ``AFTER`` with ``--method``'s in
+``BEFORE`` (e.g. a candidate against the default; the two files may be one)::
+
+    python -m benchmarks.freeze_thaw_compare RUNS.jsonl RUNS.jsonl --tables dev_classification \
+        --after-method gpar_freeze_thaw_converged
 """
 
 from __future__ import annotations
@@ -26,10 +32,11 @@ from benchmarks.report import markdown_table
 
 
 def compare(before: Sequence[dict], after: Sequence[dict], tables: Sequence[str],
-            method: str = REFERENCE, budget_runs: int = BUDGET_RUNS) -> list[dict]:
-    """One row per table and report point comparing ``method``'s runs in ``before`` and
-    ``after`` (runs-file lines) at the study's budget of ``budget_runs`` full runs, on the
-    seeds both hold.
+            method: str = REFERENCE, budget_runs: int = BUDGET_RUNS,
+            after_method: str | None = None) -> list[dict]:
+    """One row per table and report point comparing ``method``'s runs in ``before`` with
+    ``after_method``'s (default: ``method``'s) in ``after`` (runs-file lines) at the
+    study's budget of ``budget_runs`` full runs, on the seeds both hold.
 
     Raises a one-line ``ValueError`` for a table where no seed is in both, or where one
     file holds two runs of a seed.
@@ -40,7 +47,7 @@ def compare(before: Sequence[dict], after: Sequence[dict], tables: Sequence[str]
         budget = budget_of(table, problem, budget_runs)
         n = problem.X.shape[0]
 
-        def traces(lines: Sequence[dict], name: str) -> dict[int, dict]:
+        def traces(lines: Sequence[dict], name: str, method: str) -> dict[int, dict]:
             found: dict[int, dict] = {}
             for x in lines:
                 if x["method"] == method and x["table"] == table and x["rows"] == n and x["budget"] == budget:
@@ -49,10 +56,12 @@ def compare(before: Sequence[dict], after: Sequence[dict], tables: Sequence[str]
                     found[x["seed"]] = x["trace"]
             return found
 
-        old, new = traces(before, "before"), traces(after, "after")
+        other = after_method or method
+        old, new = traces(before, "before", method), traces(after, "after", other)
         seeds = sorted(old.keys() & new.keys())
         if not seeds:
-            raise ValueError(f"no seed of {method} on table {table!r} (budget {budget}) is in both runs files.")
+            pair = method if other == method else f"{method} (before) and {other} (after)"
+            raise ValueError(f"no seed of {pair} on table {table!r} (budget {budget}) is in both runs files.")
         a, b = (report_regrets(table, problem, budget, [runs[s] for s in seeds]) for runs in (old, new))
         for j, label in enumerate(report_points(table, budget)):
             rows.append({"table": table, "at": label, "seeds": len(seeds),
@@ -68,6 +77,8 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("after", type=Path, help="runs file after it")
     parser.add_argument("--tables", nargs="+", required=True, help="tables as benchmarks.freeze_thaw_study names them")
     parser.add_argument("--method", default=REFERENCE, choices=METHODS, help=f"default: {REFERENCE}")
+    parser.add_argument("--after-method", default=None, choices=METHODS,
+                        help="the method whose runs in AFTER are compared (default: --method)")
     parser.add_argument("--budget-runs", type=int, default=BUDGET_RUNS,
                         help=f"the runs' budget in full runs' worth of epochs, as in the study (default {BUDGET_RUNS})")
     args = parser.parse_args(argv)
@@ -77,7 +88,8 @@ def main(argv: list[str] | None = None) -> str:
         if not path.is_file():
             parser.error(f"no runs file at {path}")
     try:
-        rows = compare(load_runs(args.before), load_runs(args.after), args.tables, args.method, args.budget_runs)
+        rows = compare(load_runs(args.before), load_runs(args.after), args.tables, args.method, args.budget_runs,
+                       args.after_method)
     except ValueError as error:
         parser.error(str(error))
     text = markdown_table(rows)

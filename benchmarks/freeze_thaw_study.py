@@ -88,6 +88,7 @@ from benchmarks.bo.freeze_thaw import (
     GPARFreezeThaw, GPARFreezeThawFullRefits, GPARFreezeThawInitialStarts, GPARFreezeThawLatentPaths,
     GPARFreezeThawMeasured, GPARFreezeThawMeasuredInitialStarts, GPARFreezeThawMeasuredStaged, GPARFreezeThawNoHorizon,
     GPARFreezeThawOutputRefits, GPARFreezeThawPoint, GPARFreezeThawPrevious, GPARFreezeThawRandomResumes,
+    GPARFreezeThawConverged,
     GPARFreezeThawScreened,
 )
 from benchmarks.bo.harness import TabularProblem, simulate
@@ -106,7 +107,8 @@ HARNESS_METHODS: dict[str, Callable] = {
     GPARFreezeThawInitialStarts.name: GPARFreezeThawInitialStarts,
     GPARFreezeThawMeasuredInitialStarts.name: GPARFreezeThawMeasuredInitialStarts,
     GPARFreezeThawLatentPaths.name: GPARFreezeThawLatentPaths,
-    GPARFreezeThawRandomResumes.name: GPARFreezeThawRandomResumes, **BASELINES
+    GPARFreezeThawRandomResumes.name: GPARFreezeThawRandomResumes,
+    GPARFreezeThawConverged.name: GPARFreezeThawConverged, **BASELINES
 }
 #: Variants of the policy (candidates, and the earlier default): run only when named in
 #: ``--methods``.
@@ -114,7 +116,8 @@ CANDIDATES = (GPARFreezeThawMeasured.name, GPARFreezeThawMeasuredStaged.name,
               GPARFreezeThawFullRefits.name, GPARFreezeThawPoint.name, GPARFreezeThawPrevious.name,
               GPARFreezeThawNoHorizon.name, GPARFreezeThawScreened.name, GPARFreezeThawOutputRefits.name,
               GPARFreezeThawInitialStarts.name, GPARFreezeThawMeasuredInitialStarts.name,
-              GPARFreezeThawLatentPaths.name, GPARFreezeThawRandomResumes.name)
+              GPARFreezeThawLatentPaths.name, GPARFreezeThawRandomResumes.name,
+              GPARFreezeThawConverged.name)
 #: Syne Tune's schedulers by the names used here (its class names as values).
 SYNE_TUNE_METHODS = {
     "syne_bohb": "BOHB",

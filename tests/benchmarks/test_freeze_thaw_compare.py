@@ -114,3 +114,21 @@ def test_cli_reads_runs_at_another_budget(tmp_path):
     assert "| mnist | 100% | 1 | 0.04 | 0.04 |" in text
     with pytest.raises(SystemExit):  # at the default budget the file holds no run
         compare.main([str(path), str(path), "--tables", "mnist"])
+
+
+def test_after_method_pairs_a_candidate_with_the_default_in_one_file(quick, tmp_path, capsys):
+    budget, best, rows = quick
+    lines = [_line("gpar_freeze_thaw", s, 0.04, budget, best, rows) for s in range(3)]
+    lines += [_line("gpar_freeze_thaw_converged", s, 0.01 * s, budget, best, rows) for s in range(4)]
+    full = compare.compare(lines, lines, ["quick"], after_method="gpar_freeze_thaw_converged")[-1]
+    assert full["seeds"] == 3  # seed 3 has no default run
+    assert full["regret_before"] == pytest.approx(0.04)
+    assert full["regret_after"] == pytest.approx(0.01)
+    assert compare.compare(lines, lines, ["quick"])[-1]["regret_after"] == pytest.approx(0.04)
+    path = tmp_path / "runs.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    printed = compare.main([str(path), str(path), "--tables", "quick", "--after-method", "gpar_freeze_thaw_converged"])
+    assert "| quick | 100% | 3 | 0.04 | 0.01 |" in printed
+    with pytest.raises(SystemExit):
+        compare.main([str(path), str(path), "--tables", "quick", "--after-method", "gpar_freeze_thaw_point"])
+    assert "gpar_freeze_thaw (before) and gpar_freeze_thaw_point (after)" in capsys.readouterr().err

@@ -117,7 +117,8 @@ def test_the_full_refit_policy_is_the_package_policy_without_staged_refits_and_n
     assert not set(freeze_thaw_study.CANDIDATES) & set(defaults)
     from benchmarks.bo import freeze_thaw as adapters
 
-    variants = {getattr(adapters, name).name for name in adapters.__all__} - {GPARFreezeThaw.name}
+    classes = [getattr(adapters, name) for name in adapters.__all__]
+    variants = {c.name for c in classes if isinstance(c, type)} - {GPARFreezeThaw.name}
     assert variants == set(freeze_thaw_study.CANDIDATES)  # every variant runs only when named
 
 
@@ -132,6 +133,30 @@ def test_the_previous_noise_policy_is_the_package_policy_with_that_prior_and_not
     assert options["noise_prior"] == "previous" and options["hyperparameter_draws"] > 0
     assert method.policy.staged_refits  # otherwise the policy of its time
     assert method.name in freeze_thaw_study.CANDIDATES
+
+
+def test_the_converged_policy_fits_to_the_candidate_tolerances_and_is_not_a_default(monkeypatch) -> None:
+    from benchmarks import freeze_thaw_study
+    from benchmarks.bo.freeze_thaw import CONVERGED_FIT, GPARFreezeThawConverged
+    from benchmarks.bo.problems import synthetic_problem
+    import botorch.optim.core as core
+
+    method = GPARFreezeThawConverged()
+    problem = synthetic_problem(n=20, seed=1)
+    method.reset(problem, seed=0)
+    assert method.policy.fit_kwargs == CONVERGED_FIT and method.name in freeze_thaw_study.CANDIDATES
+    seen = []
+    minimize = core.minimize_with_timeout
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs.get("options", {}))
+        return minimize(*args, **kwargs)
+
+    monkeypatch.setattr(core, "minimize_with_timeout", recording)
+    Y = problem.error[:6, torch.tensor(problem.checkpoints) - 1]
+    method.policy.model(problem.X[:6], Y)  # a fit of every conditional
+    wanted = CONVERGED_FIT["optimizer_kwargs"]["options"]
+    assert seen and all({k: o.get(k) for k in wanted} == wanted for o in seen)
 
 
 def test_first_seed_runs_only_the_later_seeds_and_reports_them_all(tmp_path):
