@@ -17,11 +17,10 @@ from gpar_bo.curve_model import curve_model_options
 from gpar_bo.freeze_thaw import FreezeThawPolicy
 
 __all__ = [
-    "GPARFreezeThaw", "GPARFreezeThawFullRefits", "GPARFreezeThawInitialStarts", "GPARFreezeThawLatentPaths",
-    "GPARFreezeThawMeasured",
+    "GPARFreezeThaw", "GPARFreezeThawConverged", "GPARFreezeThawFullRefits", "GPARFreezeThawInitialStarts",
+    "GPARFreezeThawLatentPaths", "GPARFreezeThawMeasured",
     "GPARFreezeThawMeasuredInitialStarts", "GPARFreezeThawMeasuredStaged", "GPARFreezeThawNoHorizon",
     "GPARFreezeThawOutputRefits", "GPARFreezeThawPoint", "GPARFreezeThawPrevious", "GPARFreezeThawRandomResumes",
-    "GPARFreezeThawConverged", "CONVERGED_FIT",
     "GPARFreezeThawScreened",
 ]
 

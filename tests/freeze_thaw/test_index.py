@@ -66,8 +66,12 @@ def test_latent_paths_add_the_final_noise_once(curve_model: GPARModel) -> None:
     noisy, latent = (FreezeThawIndex(curve_model, epochs, 0.1, 64, latent_paths=flag).final_paths(X, prefixes)
                      for flag in (False, True))
     # The same latent chain: the final's latent variance along each path is the same,
-    # and the final's noise is in both variances once.
-    torch.testing.assert_close(latent.variance - latent.noise, noisy.variance - noisy.noise)
+    # and the final's noise is in both variances once. In float32 these small posterior
+    # variances are differences of terms of the prior's scale, and the two chains round
+    # them differently: beyond torch's float32 default of 1e-5 on some machines.
+    atol = 1e-4 if dtype == torch.float32 else None
+    torch.testing.assert_close(latent.variance - latent.noise, noisy.variance - noisy.noise,
+                               atol=atol, rtol=None if atol is None else 1e-3)
     assert bool((latent.noise > 0).all())
     # With one checkpoint left nothing is sampled before the final: the same predictive.
     torch.testing.assert_close(latent.mean[:, 3:], noisy.mean[:, 3:])

@@ -579,7 +579,7 @@ def test_only_the_default_and_candidates_on_it_are_told_the_budget() -> None:
     variants = [getattr(adapters, name) for name in adapters.__all__]
     assert GPARFreezeThaw in variants and len(variants) > 2
     told = [v for v in variants if v.budget_aware]
-    assert told == [GPARFreezeThaw, adapters.GPARFreezeThawInitialStarts, adapters.GPARFreezeThawLatentPaths,
+    assert told == [GPARFreezeThaw, adapters.GPARFreezeThawConverged, adapters.GPARFreezeThawInitialStarts, adapters.GPARFreezeThawLatentPaths,
                     adapters.GPARFreezeThawMeasuredInitialStarts, adapters.GPARFreezeThawOutputRefits,
                     adapters.GPARFreezeThawRandomResumes, adapters.GPARFreezeThawScreened]
     method = adapters.GPARFreezeThawRandomResumes()
