@@ -503,7 +503,7 @@ def write_results(
         "shared its 2 cores), not a speed measurement.",
         "",
         "The diagnosis on development data, and what the numbers below say: "
-        "[calibration_diagnosis.md](calibration_diagnosis.md).",
+        f"[calibration_diagnosis.md]({os.path.relpath(RESULTS / 'calibration_diagnosis.md', stem.resolve().parent)}).",
         "",
         "| table | model | prefix | n | cover 50 % | cover 95 % | below 95 % | NLL | fit s |",
         "|---|---|---|---|---|---|---|---|---|",

@@ -1,8 +1,8 @@
 r"""How far the policy's predictive moves when its data move by rounding error.
 
 The same code gave different end-of-run predictives on two machines (the development
-report of ``benchmarks.missed_promotions``: the MNIST study set's best paused runs fell
-below their 95 % interval on 7 of 12 seeds on one machine and 1 of 12 on another). The
+report of ``benchmarks.missed_promotions``: of the MNIST study set's best settings left
+paused, 12 over 8 seeds, 7 fell below their 95 % interval on one machine and 1 on another). The
 data and code were the same, so the fits themselves must be sensitive to rounding. This
 measures it on one machine: for each of the policy's runs on a table, the state at the
 end of its budget is rebuilt from the study's runs file (``missed_promotions.end_state``)
@@ -89,20 +89,26 @@ def predictive(trace: dict, problem: TabularProblem, perturbation: int,
     return median, (high - low) / WIDTH_95, seconds
 
 
-def sensitivity_row(table: str, setting: str, results: list[list[tuple]]) -> dict:
-    """Summary over seeds: ``results[seed]`` holds the predictive of the data as recorded
-    first, then those of its perturbations (``predictive``'s tuples)."""
-    shifts, ratios, seconds = [], [], []
-    for by_perturbation in results:
-        (median, sd, _), *perturbed = by_perturbation
+def shifts_and_ratios(results: list[list[tuple]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per paused run and perturbation, over seeds: the predictive median's shift in
+    predictive standard deviations and the interval width's ratio to the original's.
+    ``results[seed]`` holds the predictive of the data as recorded first, then those of
+    its perturbations (``predictive``'s tuples)."""
+    shifts, ratios = [], []
+    for (median, sd, _), *perturbed in results:
         for other_median, other_sd, _ in perturbed:
             shifts.append(np.abs(other_median - median) / sd)
             ratios.append(other_sd / sd)
-        seconds += [s for _, _, s in by_perturbation]
-    shift = np.concatenate(shifts)
+    return np.concatenate(shifts), np.concatenate(ratios)
+
+
+def sensitivity_row(table: str, setting: str, results: list[list[tuple]]) -> dict:
+    """Summary over seeds of ``results`` (as ``shifts_and_ratios`` reads them)."""
+    shift, ratio = shifts_and_ratios(results)
+    seconds = [s for by_perturbation in results for _, _, s in by_perturbation]
     return {"table": table, "optimiser": setting, "seeds": len(results), "predictions": len(shift),
             "shift_sd_mean": float(shift.mean()), "shift_sd_p90": float(np.quantile(shift, 0.9)),
-            "shift_sd_max": float(shift.max()), "width_ratio": float(np.concatenate(ratios).mean()),
+            "shift_sd_max": float(shift.max()), "width_ratio": float(ratio.mean()),
             "fit_s": float(np.mean(seconds))}
 
 
@@ -120,8 +126,7 @@ def plot(path: Path, results: dict[tuple[str, str], list[list[tuple]]]) -> None:
         for (t, setting), by_seed in results.items():
             if t == table:
                 labels.append(setting)
-                shifts.append(np.concatenate([np.abs(m - fits[0][0]) / fits[0][1]
-                                              for fits in by_seed for m, _, _ in fits[1:]]))
+                shifts.append(shifts_and_ratios(by_seed)[0])
         ax.boxplot(shifts, tick_labels=labels)
         ax.set_title(table, fontsize=9)
         ax.set_ylabel("|median shift| / predictive sd", fontsize=8)
@@ -153,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> str:
         if not getattr(args, name) > 0:
             parser.error(f"--{name} must be > 0; got {getattr(args, name)}")
     torch.set_num_threads(1)
-    if not args.runs.exists():
+    if not args.runs.is_file():
         parser.error(f"no runs file {args.runs}: run benchmarks.freeze_thaw_study first")
     try:
         problems = {t: make_problem(t) for t in args.tables}

@@ -47,12 +47,12 @@ def compare(before: Sequence[dict], after: Sequence[dict], tables: Sequence[str]
         budget = budget_of(table, problem, budget_runs)
         n = problem.X.shape[0]
 
-        def traces(lines: Sequence[dict], name: str, method: str) -> dict[int, dict]:
+        def traces(lines: Sequence[dict], name: str, wanted: str) -> dict[int, dict]:
             found: dict[int, dict] = {}
             for x in lines:
-                if x["method"] == method and x["table"] == table and x["rows"] == n and x["budget"] == budget:
+                if x["method"] == wanted and x["table"] == table and x["rows"] == n and x["budget"] == budget:
                     if x["seed"] in found:
-                        raise ValueError(f"the {name} runs hold two runs of {method} on table {table!r}, seed {x['seed']}.")
+                        raise ValueError(f"the {name} runs hold two runs of {wanted} on table {table!r}, seed {x['seed']}.")
                     found[x["seed"]] = x["trace"]
             return found
 

@@ -369,7 +369,8 @@ def state_rows(table: str, model: str, problem: TabularProblem,
     below, inside and above the 95 % interval, and ``log_bias``, the mean of
     ``log(median / truth)`` (positive: the model expected a worse final error than the
     run reached). Errors of exactly 0 are read as half the table's smallest positive
-    error (the model reads a 0 by its own data's, so there the bias is approximate). Where the misses on the two sides come from
+    error. The model reads a 0 as half the smallest positive value in its own data, so
+    for such runs the bias is approximate. Where the misses on the two sides come from
     different groups, the table's mix of groups sets which side dominates overall.
     """
     positive = problem.error[problem.error > 0]

@@ -57,8 +57,8 @@ from gpar_bo.transformed import TriangularOutcomeTransform, transformed, untrans
 #: ``optimizer_kwargs={"options": {"ftol": ...}}`` to override, and compare
 #: ``conditional_log_evidences()`` when in doubt. Where a fit stops on such a stretch moves
 #: with rounding, so other machines give other fits (``benchmarks.fit_sensitivity``); fits
-#: run to convergence do not, but their hyperparameter draws were too wide on the real
-#: development tables, so this stays the default (docs/model.md, "Cost and defaults").
+#: run to convergence move much less, but their hyperparameter draws were too wide on the
+#: real development tables, so this stays the default (docs/model.md, "Cost and defaults").
 FIT_FTOL = 1e-6
 
 #: Conditionals with at most this many training rows are also fitted from

@@ -186,3 +186,18 @@ def test_by_level_groups_runs_by_their_observed_level_within_each_table_and_step
     rows = {(r["table"], r["model"], r["step"], r["level"]): r for r in calibration.by_level(records)}
     assert rows[("a", "x", "last", "low")]["below95"] == 0.5
     assert rows[("a", "x", "last", "middle")]["below95"] == 0.0
+
+
+def test_converged_variants_pass_their_fit_arguments_to_the_fit(monkeypatch) -> None:
+    from benchmarks import calibration
+    from benchmarks.bo.freeze_thaw import CONVERGED_FIT
+
+    assert set(calibration.FIT_KWARGS) <= set(calibration.GPAR_VARIANTS)
+    seen = []
+    monkeypatch.setattr(calibration, "fit_gpytorch_mll", lambda mll, **kwargs: seen.append(kwargs))
+    problem = calibration.TABLES["synthetic_101"]()
+    X, Y, *_ = calibration.split(problem, 0, 10, 5)
+    for name in ("laplace", "laplace_converged", "lognormal_converged"):
+        calibration.fit_curve_model(X, Y, calibration.GPAR_VARIANTS[name](problem),
+                                    calibration.FIT_KWARGS.get(name))
+    assert seen == [{}, CONVERGED_FIT, CONVERGED_FIT]
