@@ -54,7 +54,10 @@ kernels (a candidate: a linear term on the earlier outputs, so that a run unlike
 continued ones follows their trend instead of their mean), and ``laplace_converged`` that
 model fitted to convergence (a candidate: ``benchmarks.bo.freeze_thaw.CONVERGED_FIT``'s
 L-BFGS-B tolerances instead of the model's, at which fits stop where they stall;
-``benchmarks.fit_sensitivity``); ``lognormal_converged`` is ``lognormal`` fitted so.
+``benchmarks.fit_sensitivity``); ``lognormal_converged`` is ``lognormal`` fitted so; ``laplace_log`` is the shipped model
+with ``draw_scales="log"`` (a candidate: every scale drawn in log units, directions the
+posterior leaves open held; :mod:`gpar_bo.laplace`), and ``laplace_log_converged`` that
+model fitted to convergence.
 
 Usage::
 
@@ -129,10 +132,13 @@ GPAR_VARIANTS: Mapping[str, Callable[[TabularProblem], dict[str, Any]]] = {
     "laplace_linear": lambda problem: curve_model_options(kernel="L-NL-X"),
     "laplace_converged": lambda problem: curve_model_options(),
     "lognormal_converged": lambda problem: curve_model_options(hyperparameter_draws=0),
+    "laplace_log": lambda problem: curve_model_options(draw_scales="log"),
+    "laplace_log_converged": lambda problem: curve_model_options(draw_scales="log"),
 }
 #: ``fit_gpytorch_mll`` arguments of the variants not fitted with the model's defaults.
 FIT_KWARGS: Mapping[str, dict[str, Any]] = {"laplace_converged": CONVERGED_FIT,
-                                            "lognormal_converged": CONVERGED_FIT}
+                                            "lognormal_converged": CONVERGED_FIT,
+                                            "laplace_log_converged": CONVERGED_FIT}
 TABLES: dict[str, Callable[[], TabularProblem]] = {
     "mnist": mnist_table,
     "funnel_digits": funnel_table,
@@ -497,7 +503,10 @@ def write_results(
         "`laplace_linear` = the shipped model with the \"L-NL-X\" kernels (a linear term on the "
         "earlier outputs; a candidate); `laplace_converged` = the shipped model fitted to "
         "convergence (`benchmarks.bo.freeze_thaw.CONVERGED_FIT`: L-BFGS-B ftol 1e-12, gtol 1e-9; a "
-        "candidate); `lognormal_converged` = `lognormal` fitted so.",
+        "candidate); `lognormal_converged` = `lognormal` fitted so; `laplace_log` = the shipped "
+        "model drawing every scale in log units and holding directions the posterior leaves open "
+        "(`draw_scales=\"log\"`, a candidate, `gpar_bo.laplace`), and `laplace_log_converged` "
+        "that model fitted to convergence.",
         "",
         "`fit s`: mean seconds per fit under the machine's load at the time (other sessions "
         "shared its 2 cores), not a speed measurement.",

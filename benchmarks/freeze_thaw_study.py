@@ -88,7 +88,7 @@ from benchmarks.bo.freeze_thaw import (
     GPARFreezeThaw, GPARFreezeThawFullRefits, GPARFreezeThawInitialStarts, GPARFreezeThawLatentPaths,
     GPARFreezeThawMeasured, GPARFreezeThawMeasuredInitialStarts, GPARFreezeThawMeasuredStaged, GPARFreezeThawNoHorizon,
     GPARFreezeThawOutputRefits, GPARFreezeThawPoint, GPARFreezeThawPrevious, GPARFreezeThawRandomResumes,
-    GPARFreezeThawConverged,
+    GPARFreezeThawConverged, GPARFreezeThawLogDraws,
     GPARFreezeThawScreened,
 )
 from benchmarks.bo.harness import TabularProblem, simulate
@@ -108,7 +108,8 @@ HARNESS_METHODS: dict[str, Callable] = {
     GPARFreezeThawMeasuredInitialStarts.name: GPARFreezeThawMeasuredInitialStarts,
     GPARFreezeThawLatentPaths.name: GPARFreezeThawLatentPaths,
     GPARFreezeThawRandomResumes.name: GPARFreezeThawRandomResumes,
-    GPARFreezeThawConverged.name: GPARFreezeThawConverged, **BASELINES
+    GPARFreezeThawConverged.name: GPARFreezeThawConverged,
+    GPARFreezeThawLogDraws.name: GPARFreezeThawLogDraws, **BASELINES
 }
 #: Variants of the policy (candidates, and the earlier default): run only when named in
 #: ``--methods``.
@@ -117,7 +118,7 @@ CANDIDATES = (GPARFreezeThawMeasured.name, GPARFreezeThawMeasuredStaged.name,
               GPARFreezeThawNoHorizon.name, GPARFreezeThawScreened.name, GPARFreezeThawOutputRefits.name,
               GPARFreezeThawInitialStarts.name, GPARFreezeThawMeasuredInitialStarts.name,
               GPARFreezeThawLatentPaths.name, GPARFreezeThawRandomResumes.name,
-              GPARFreezeThawConverged.name)
+              GPARFreezeThawConverged.name, GPARFreezeThawLogDraws.name)
 #: Syne Tune's schedulers by the names used here (its class names as values).
 SYNE_TUNE_METHODS = {
     "syne_bohb": "BOHB",

@@ -9,18 +9,31 @@ are poorly determined, and predictions for other runs are over-confident
 ``N(fit, H^{-1})``, ``H`` the Hessian of the negative log posterior at the fit, and
 ``GPARModel(..., hyperparameter_draws=K)`` predicts with the mixture over ``K`` draws.
 
-Coordinates: BoTorch's noise and length scales are constrained by a lower bound
-enforced by the fit's box constraints, not by a transform (the raw value *is* the
-noise or length scale). Such a parameter is drawn in ``log(raw - bound)``, so that
-every draw is valid; one that sits on its bound (the fit pushed it there) has no
-curvature there and is held at the fit, as are directions of (numerically) zero
-curvature. Other raw parameters (a softplus outputscale, a constant mean) are drawn
-as they are.
+Coordinates (``scales="raw"``, the default): BoTorch's noise and length scales are
+constrained by a lower bound enforced by the fit's box constraints, not by a transform
+(the raw value *is* the noise or length scale). Such a parameter is drawn in
+``log(raw - bound)``, so that every draw is valid; one that sits on its bound (the fit
+pushed it there) has no curvature there and is held at the fit, as are directions of
+(numerically) zero curvature. Other raw parameters (a softplus outputscale, a constant
+mean) are drawn as they are.
+
+That fails for a switched-off component: an outputscale fitted to nearly 0 (a raw value
+far below 0; a fit run to convergence goes on pushing it down) sits on a plateau of the
+log posterior, which the Gaussian spreads over hundreds of raw units, up to outputscales
+no fit would choose, and the mixture's predictive becomes far too wide
+(``benchmarks/results/freeze_thaw_writeup.md``, session 40). ``scales="log"`` (a
+candidate) draws every parameter with a lower bound in ``log(value - bound)``, softplus
+outputscales included, so that all scales are drawn on one log scale whatever their raw
+form, and holds at the fit every direction whose standard deviation would exceed
+``MAX_DRAW_SD``: no parameter with a prior gets near it (the widest, BoTorch's
+length-scale LogNormal, has a standard deviation of ``sqrt(3)`` in log units), so such
+a direction is one the posterior leaves open, not one it locates.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 from botorch.models import SingleTaskGP
@@ -29,12 +42,15 @@ from gpytorch.settings import lazily_evaluate_kernels
 from torch import Tensor
 from torch.nn.utils import parameters_to_vector
 
-__all__ = ["HyperparameterDraws", "laplace_coordinates", "laplace_draws", "set_trainable_raw", "trainable_raw"]
+__all__ = ["HyperparameterDraws", "LaplaceCoordinates", "laplace_coordinates", "laplace_draws", "set_trainable_raw", "trainable_raw"]
 
 #: Central-difference step of the Hessian, in the drawn coordinates.
 HESSIAN_STEP = 1e-4
 #: Eigenvalues of the Hessian below this fraction of the largest are flat directions.
 FLAT_CURVATURE = 1e-8
+#: With ``scales="log"``, directions whose standard deviation would exceed this (a
+#: factor ``e**10`` in a scale) are left open by the posterior, not located: held at the fit.
+MAX_DRAW_SD = 10.0
 
 
 def trainable_raw(gp: SingleTaskGP) -> Tensor:
@@ -56,37 +72,85 @@ def set_trainable_raw(gp: SingleTaskGP, theta: Tensor) -> None:
     gp.prediction_strategy = None  # GPyTorch's caches of the old values
 
 
-def laplace_coordinates(gp: SingleTaskGP) -> tuple[Tensor, Tensor, Tensor]:
-    r"""Per element of ``trainable_raw(gp)``: the raw value, the lower bound drawn
-    above (``-inf`` where the parameter is drawn as it is) and whether it is drawn
-    (False on a bound).
+class LaplaceCoordinates:
+    r"""The coordinates ``phi`` in which a conditional's hyperparameters are drawn.
 
-    Returns:
-        ``raw``, ``bound`` and ``drawn`` (bool), each of the length of ``trainable_raw(gp)``.
+    Per element of ``trainable_raw(gp)``: ``log(value - bound)`` where the parameter has
+    a finite lower bound enforced by the fit's box constraints (``value`` the raw value
+    itself) or, with ``scales="log"``, by a one-sided transform (``value`` the
+    constraint's transform of the raw value, e.g. softplus); the raw value elsewhere.
+
+    Attributes:
+        raw: The fit's raw values (``P``).
+        bound: The lower bound of each value (``-inf`` where drawn as it is).
+        drawn: False where a value sits on its bound (held at the fit).
+        phi: The fit in the drawn coordinates.
     """
-    raw, bound = [], []
-    for _, p, constraint in gp.named_parameters_and_constraints():
-        if not p.requires_grad:
-            continue
-        values = p.detach().reshape(-1)
-        lower = torch.full_like(values, -math.inf)
-        if constraint is not None and not constraint.enforced and hasattr(constraint, "lower_bound"):
-            lower = constraint.lower_bound.to(values).expand_as(values).clone()
-        raw.append(values)
-        bound.append(lower)
-    raw, bound = torch.cat(raw), torch.cat(bound)
-    at_bound = torch.isfinite(bound) & (raw - bound <= 1e-9 * bound.abs().clamp_min(1.0))
-    return raw, bound, ~at_bound
+
+    def __init__(self, gp: SingleTaskGP, scales: Literal["raw", "log"] = "raw") -> None:
+        if scales not in ("raw", "log"):
+            raise ValueError(f"scales must be 'raw' or 'log'; got {scales!r}.")
+        raw, bound, self._segments = [], [], []
+        for _, p, constraint in gp.named_parameters_and_constraints():
+            if not p.requires_grad:
+                continue
+            values = p.detach().reshape(-1)
+            lower = torch.full_like(values, -math.inf)
+            transform = None
+            if constraint is not None and hasattr(constraint, "lower_bound"):
+                two_sided = not math.isinf(float(constraint.upper_bound.max()))
+                if not constraint.enforced or (scales == "log" and not two_sided):
+                    lower = constraint.lower_bound.to(values).expand_as(values).clone()
+                    transform = constraint if constraint.enforced else None
+            start = sum(len(r) for r in raw)
+            self._segments.append((slice(start, start + len(values)), transform))
+            raw.append(values)
+            bound.append(lower)
+        self.raw, self.bound = torch.cat(raw), torch.cat(bound)
+        self.logged = torch.isfinite(self.bound)
+        excess = self.values(self.raw) - self.bound
+        self.drawn = ~(self.logged & (excess <= 1e-9 * self.bound.abs().clamp_min(1.0)))
+        self.logged &= self.drawn
+        self.phi = self.to_phi(self.raw)
+
+    def values(self, raw: Tensor) -> Tensor:
+        """The parameters' values (constraints' transforms applied) of raw vectors ``... x P``."""
+        parts = [raw[..., sl] if t is None else t.transform(raw[..., sl]) for sl, t in self._segments]
+        return torch.cat(parts, -1)
+
+    def to_phi(self, raw: Tensor) -> Tensor:
+        """The drawn coordinates of raw vectors ``... x P``."""
+        return torch.where(self.logged, (self.values(raw) - self.bound).clamp_min(1e-300).log(), raw)
+
+    def to_raw(self, phi: Tensor) -> Tensor:
+        """The raw vectors (``... x P``) of drawn coordinates ``phi``; differentiable."""
+        # Finite in every branch, so that the unused one's gradient is 0, not NaN.
+        safe = torch.where(self.logged, phi, 0.0)
+        value = torch.where(self.logged, self.bound, 0.0) + safe.exp()
+        parts = [
+            torch.where(self.logged[sl], value[..., sl] if t is None else t.inverse_transform(value[..., sl]),
+                        phi[..., sl])
+            for sl, t in self._segments
+        ]
+        return torch.cat(parts, -1)
 
 
-def laplace_draws(gp: SingleTaskGP, num_draws: int, generator: torch.Generator) -> Tensor:
+def laplace_coordinates(gp: SingleTaskGP, scales: Literal["raw", "log"] = "raw") -> LaplaceCoordinates:
+    """The coordinates in which ``laplace_draws(..., scales=scales)`` draws ``gp``'s
+    hyperparameters (see the module docstring)."""
+    return LaplaceCoordinates(gp, scales)
+
+
+def laplace_draws(
+    gp: SingleTaskGP, num_draws: int, generator: torch.Generator, scales: Literal["raw", "log"] = "raw"
+) -> Tensor:
     r"""Draws of a fitted conditional's hyperparameters, ``N(fit, H^{-1})`` in the
     coordinates of ``laplace_coordinates``.
 
     ``H`` is the Hessian of the negative log marginal likelihood plus log priors and
     added loss terms (GPyTorch's ``ExactMarginalLogLikelihood`` times the number of
     targets), by central differences of its exact gradient. The Jacobian of the change
-    to log coordinates is left out: the fit maximised the posterior in the raw values.
+    of coordinates is left out: the fit maximised the posterior in the raw values.
     ``gp`` is left as it was.
 
     Args:
@@ -94,20 +158,21 @@ def laplace_draws(gp: SingleTaskGP, num_draws: int, generator: torch.Generator) 
         num_draws: The number of draws ``K``.
         generator: The source of the standard normals (a CPU generator; the draws
             are moved to the parameters' device).
+        scales: "raw" or "log": the coordinates, and whether directions wider than
+            ``MAX_DRAW_SD`` are held (see the module docstring).
 
     Returns:
         ``K x P`` vectors of ``trainable_raw`` form, each within its constraints.
     """
     params = [p for p in gp.parameters() if p.requires_grad]
-    raw, bound, drawn = laplace_coordinates(gp)
-    logged = torch.isfinite(bound) & drawn
-    phi0 = torch.where(logged, (raw - bound).clamp_min(1e-300).log(), raw)
-
-    def to_raw(phi: Tensor) -> Tensor:
-        return torch.where(logged, bound + phi.exp(), phi)
+    coords = laplace_coordinates(gp, scales)
+    raw, phi0 = coords.raw, coords.phi
 
     def gradient(phi: Tensor) -> Tensor:
-        set_trainable_raw(gp, to_raw(phi))
+        phi = phi.detach().requires_grad_(True)
+        theta = coords.to_raw(phi)
+        (dtheta,) = torch.autograd.grad(theta.sum(), phi)  # elementwise: d raw / d phi
+        set_trainable_raw(gp, theta.detach())
         gp.zero_grad()
         mll = ExactMarginalLogLikelihood(gp.likelihood, gp)
         loss = -mll(gp(*gp.train_inputs), gp.train_targets) * len(gp.train_targets)
@@ -116,9 +181,9 @@ def laplace_draws(gp: SingleTaskGP, num_draws: int, generator: torch.Generator) 
             torch.zeros_like(p).reshape(-1) if p.grad is None else p.grad.reshape(-1)
             for p in params
         ])
-        return torch.where(logged, grad * phi.exp(), grad)  # d raw / d phi = e^phi
+        return grad * dtheta
 
-    index = drawn.nonzero().squeeze(-1)
+    index = coords.drawn.nonzero().squeeze(-1)
     was_training = gp.training
     gp.train()
     try:
@@ -139,11 +204,14 @@ def laplace_draws(gp: SingleTaskGP, num_draws: int, generator: torch.Generator) 
         eigenvalues, vectors = torch.linalg.eigh((hessian + hessian.mT) / 2)
         if not torch.isfinite(eigenvalues).all():
             raise ValueError("The Hessian of the conditional's log posterior is not finite.")
-        curved = eigenvalues > FLAT_CURVATURE * eigenvalues.max()
+        flat = FLAT_CURVATURE * float(eigenvalues.max())
+        curved = eigenvalues > (max(flat, MAX_DRAW_SD**-2) if scales == "log" else flat)
         std = torch.where(curved, eigenvalues.clamp_min(1e-300).rsqrt(), 0.0)
         normals = torch.randn(num_draws, len(index), generator=generator, dtype=raw.dtype).to(raw)
         phi[:, index] = phi0[index] + (normals * std) @ vectors.mT
-    return to_raw(phi)
+    with torch.no_grad():
+        draws = coords.to_raw(phi)
+    return torch.where(coords.drawn, draws, raw)  # held values exactly as fitted
 
 
 class HyperparameterDraws(torch.nn.Module):

@@ -138,6 +138,10 @@ class GPARModel(Model):
             The first conditional, fitted on every run, keeps its fit. The samples
             are split into ``K`` contiguous blocks of (nearly) equal size, block ``k``
             drawn with draw ``k``, so ask for a multiple of ``K`` samples.
+        draw_scales: The coordinates of the draws (``gpar_bo.laplace.laplace_draws``'s
+            ``scales``): "raw" (default) or "log", a candidate that draws softplus
+            outputscales in log units too and holds directions the posterior leaves
+            open, such as a switched-off component's outputscale.
         measurement_noise: The known sampling noise of the measured values, a
             callable from ``n x M`` values to their variances (e.g.
             ``gpar_bo.measurement.BinomialNoise(num_examples)`` for error rates on
@@ -167,6 +171,7 @@ class GPARModel(Model):
         noise_prior: str = "lognormal",
         measurement_noise: Callable[[Tensor], Tensor] | None = None,
         hyperparameter_draws: int = 0,
+        draw_scales: str = "raw",
     ) -> None:
         super().__init__()
         # Everything but the data, to rebuild the model on more data.
@@ -184,6 +189,7 @@ class GPARModel(Model):
             "noise_prior": noise_prior,
             "measurement_noise": measurement_noise,
             "hyperparameter_draws": hyperparameter_draws,
+            "draw_scales": draw_scales,
         }
         observed = check_training_data(train_X, train_Y, impute=impute)
         if markov is not None and markov < 0:
@@ -191,6 +197,8 @@ class GPARModel(Model):
         draws = hyperparameter_draws
         if isinstance(draws, bool) or not isinstance(draws, int) or draws < 0:
             raise ValueError(f"hyperparameter_draws must be an integer >= 0; got {draws!r}.")
+        if draw_scales not in ("raw", "log"):
+            raise ValueError(f"draw_scales must be 'raw' or 'log'; got {draw_scales!r}.")
         if num_inducing is not None and num_inducing < 1:
             raise ValueError(f"num_inducing must be None or >= 1; got {num_inducing}.")
         self.output_names = resolve_output_names(output_names, train_Y.shape[-1])
@@ -256,6 +264,7 @@ class GPARModel(Model):
         # Each conditional's starting values, a further start for warm-started fits.
         self._initial_values = [_parameter_values(gp) for gp in self.conditionals]
         self.num_hyperparameter_draws = hyperparameter_draws
+        self.draw_scales = draw_scales
         # Per later conditional (index m - 1), its draws (NaN until it is fitted).
         self.hyperparameter_draws = ModuleList(
             HyperparameterDraws(hyperparameter_draws, len(trainable_raw(gp)), train_X)
@@ -384,7 +393,9 @@ class GPARModel(Model):
         draws = self.hyperparameter_draws[m - 1]
         generator = torch.Generator().manual_seed(m)
         try:
-            draws.raw = laplace_draws(self.conditionals[m], self.num_hyperparameter_draws, generator)
+            draws.raw = laplace_draws(
+                self.conditionals[m], self.num_hyperparameter_draws, generator, self.draw_scales
+            )
         except Exception as error:  # e.g. a non-finite Hessian at a degenerate fit
             warnings.warn(
                 f"No hyperparameter draws for output {self.output_names[m]!r} ({error}); "

@@ -41,41 +41,83 @@ def model() -> GPARModel:
     return fitted(4)
 
 
-def test_draws_are_valid_centred_and_held_on_bounds() -> None:
+@pytest.mark.parametrize("scales", ["raw", "log"])
+def test_draws_are_valid_centred_and_held_on_bounds(scales: str) -> None:
     gp = fitted(0).conditionals[-1]
     theta = trainable_raw(gp)
-    draws = laplace_draws(gp, 400, torch.Generator().manual_seed(0))
+    draws = laplace_draws(gp, 400, torch.Generator().manual_seed(0), scales)
     assert draws.shape == (400, len(theta)) and not torch.equal(draws[0], draws[1])
     assert torch.equal(trainable_raw(gp), theta)  # the fit is left as it was
-    raw, bound, drawn = laplace_coordinates(gp)
-    assert torch.equal(raw, theta) and bool(torch.isfinite(bound).any())  # noise, length scales
-    assert (draws > bound).all()  # every draw is a valid value (noise above its floor, ...)
-    assert (draws[:, ~drawn] == theta[~drawn]).all()
-    free = ~torch.isfinite(bound)  # drawn as they are: centred on the fit
+    coords = laplace_coordinates(gp, scales)
+    assert torch.equal(coords.raw, theta) and bool(coords.logged.any())  # noise, length scales
+    torch.testing.assert_close(coords.to_raw(coords.to_phi(draws)), draws)
+    assert (coords.values(draws) > coords.bound).all()  # every draw is a valid value
+    assert (draws[:, ~coords.drawn] == theta[~coords.drawn]).all()
+    free = ~coords.logged  # drawn as they are: centred on the fit
     spread = draws[:, free].std(0)
     assert ((draws[:, free].mean(0) - theta[free]).abs() <= 4 * spread / 20 + 1e-12).all()
+    outputscales = [i for i, (name, p) in enumerate(
+        (n, p) for n, p in gp.named_parameters() if p.requires_grad for _ in range(p.numel()))
+        if "raw_outputscale" in name]
+    assert bool(coords.logged[outputscales].all()) == (scales == "log")  # softplus: logged in "log"
     noise = gp.likelihood.noise_covar
     with torch.no_grad():  # a parameter put on its bound is held there
         noise.raw_noise.fill_(float(noise.raw_noise_constraint.lower_bound))
-    at = laplace_coordinates(gp)[0].tolist().index(float(noise.raw_noise.detach()))
-    held = laplace_draws(gp, 5, torch.Generator().manual_seed(0))
+    at = laplace_coordinates(gp, scales).raw.tolist().index(float(noise.raw_noise.detach()))
+    held = laplace_draws(gp, 5, torch.Generator().manual_seed(0), scales)
     assert (held[:, at] == noise.raw_noise.item()).all()
+    with pytest.raises(ValueError, match="scales must be 'raw' or 'log'"):
+        laplace_draws(gp, 5, torch.Generator(), "logit")
 
 
-def test_draws_precision_is_the_curvature_of_the_log_posterior() -> None:
+def test_a_switched_off_component_is_held_in_log_scales_and_spread_in_raw_ones() -> None:
+    """Targets that do not depend on x0: an additive GP's x0 component is switched off
+    (its outputscale fitted towards 0, where a fit stops wherever its tolerances are met).
+    There the log posterior is a plateau: in raw softplus coordinates the Gaussian spreads
+    the outputscale over a hundred raw units, to outputscales far above the targets'
+    variance; with ``scales="log"`` the direction stays at the fit and the others are
+    still drawn."""
+    from botorch.models import SingleTaskGP
+    from gpytorch.kernels import AdditiveKernel, RBFKernel, ScaleKernel
+
+    generator = torch.Generator().manual_seed(0)
+    X = torch.rand(30, 2, generator=generator, dtype=torch.double)
+    Y = torch.sin(6 * X[:, 1:]) + 0.05 * torch.randn(30, 1, generator=generator, dtype=torch.double)
+    kernel = AdditiveKernel(*(ScaleKernel(RBFKernel(active_dims=[i])) for i in (0, 1)))
+    gp = SingleTaskGP(X, Y, covar_module=kernel)
+    with torch.no_grad():
+        kernel.kernels[0].raw_outputscale.fill_(-10.0)  # start switched off
+    fit_gpytorch_mll(ExactMarginalLogLikelihood(gp.likelihood, gp),
+                     optimizer_kwargs={"options": {"ftol": 1e-12, "gtol": 1e-9}})
+    with torch.no_grad():
+        kernel.kernels[0].raw_outputscale.fill_(-10.0)  # where a looser fit may stop on the plateau
+    names = [n for n, p in gp.named_parameters() if p.requires_grad]
+    off = names.index("covar_module.kernels.0.raw_outputscale")
+    theta = trainable_raw(gp)
+    raw = laplace_draws(gp, 64, torch.Generator().manual_seed(0), "raw")
+    log = laplace_draws(gp, 64, torch.Generator().manual_seed(0), "log")
+    assert float(raw[:, off].max()) > 10.0 and float(raw[:, off].min()) < -50.0
+    assert float((log[:, off] - theta[off]).abs().max()) < 1e-2
+    others = [names.index(n) for n in ("likelihood.noise_covar.raw_noise",
+                                       "covar_module.kernels.1.base_kernel.raw_lengthscale")]
+    assert bool((log[:, others].std(0) > 1e-3).all())
+
+
+@pytest.mark.parametrize("scales", ["raw", "log"])
+def test_draws_precision_is_the_curvature_of_the_log_posterior(scales: str) -> None:
     """In the drawn coordinates, the draws' precision matrix is the Hessian of the
     negative log posterior: checked on its diagonal against second differences of
-    the loss itself (the draws use differences of its gradient)."""
-    gp = fitted(0).conditionals[1]
-    raw, bound, drawn = laplace_coordinates(gp)
-    logged = torch.isfinite(bound) & drawn
-    phi0 = torch.where(logged, (raw - bound).clamp_min(1e-300).log(), raw)
-    draws = laplace_draws(gp, 20000, torch.Generator().manual_seed(1))
-    phi = torch.where(logged, (draws - bound).log(), draws)[:, drawn]
+    the loss itself (the draws use differences of its gradient). Conditional 2 has no
+    switched-off component, so no direction is held."""
+    gp = fitted(0).conditionals[2]
+    coords = laplace_coordinates(gp, scales)
+    drawn = coords.drawn
+    draws = laplace_draws(gp, 20000, torch.Generator().manual_seed(1), scales)
+    phi = coords.to_phi(draws)[:, drawn]
     precision = torch.linalg.inv(torch.cov(phi.T))
 
     def loss(p: torch.Tensor) -> float:
-        set_trainable_raw(gp, torch.where(logged, bound + p.exp(), p))
+        set_trainable_raw(gp, coords.to_raw(p).detach())
         gp.train()
         with torch.no_grad():
             mll = ExactMarginalLogLikelihood(gp.likelihood, gp)
@@ -83,11 +125,11 @@ def test_draws_precision_is_the_curvature_of_the_log_posterior() -> None:
 
     h = 1e-3
     for j, i in enumerate(drawn.nonzero().squeeze(-1).tolist()):
-        step = torch.zeros_like(phi0)
+        step = torch.zeros_like(coords.phi)
         step[i] = h
-        second = (loss(phi0 + step) - 2 * loss(phi0) + loss(phi0 - step)) / h**2
+        second = (loss(coords.phi + step) - 2 * loss(coords.phi) + loss(coords.phi - step)) / h**2
         assert precision[j, j] == pytest.approx(second, rel=0.05)
-    set_trainable_raw(gp, raw)
+    set_trainable_raw(gp, coords.raw)
 
 
 def test_fit_draws_later_conditionals_reproducibly(model: GPARModel) -> None:
@@ -101,6 +143,15 @@ def test_fit_draws_later_conditionals_reproducibly(model: GPARModel) -> None:
     for bad in (-1, 2.5, True):
         with pytest.raises(ValueError, match="hyperparameter_draws must be an integer >= 0"):
             GPARModel(*data(), hyperparameter_draws=bad)
+    with pytest.raises(ValueError, match="draw_scales must be 'raw' or 'log'"):
+        GPARModel(*data(), hyperparameter_draws=2, draw_scales="logit")
+
+
+def test_draw_scales_reach_the_draws() -> None:
+    model = fitted(2, draw_scales="log")
+    for m, (gp, draws) in enumerate(zip(list(model.conditionals)[1:], model.hyperparameter_draws), 1):
+        torch.testing.assert_close(draws.raw, laplace_draws(gp, 2, torch.Generator().manual_seed(m), "log"))
+        assert not torch.equal(draws.raw, laplace_draws(gp, 2, torch.Generator().manual_seed(m), "raw"))
 
 
 def test_posterior_is_the_mixture_over_the_draws() -> None:

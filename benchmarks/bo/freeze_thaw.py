@@ -18,7 +18,7 @@ from gpar_bo.freeze_thaw import FreezeThawPolicy
 
 __all__ = [
     "GPARFreezeThaw", "GPARFreezeThawConverged", "GPARFreezeThawFullRefits", "GPARFreezeThawInitialStarts",
-    "GPARFreezeThawLatentPaths", "GPARFreezeThawMeasured",
+    "GPARFreezeThawLatentPaths", "GPARFreezeThawLogDraws", "GPARFreezeThawMeasured",
     "GPARFreezeThawMeasuredInitialStarts", "GPARFreezeThawMeasuredStaged", "GPARFreezeThawNoHorizon",
     "GPARFreezeThawOutputRefits", "GPARFreezeThawPoint", "GPARFreezeThawPrevious", "GPARFreezeThawRandomResumes",
     "GPARFreezeThawScreened",
@@ -227,6 +227,19 @@ class GPARFreezeThawConverged(GPARFreezeThaw):
 
     def __init__(self, **policy_options) -> None:
         super().__init__(**{"fit_kwargs": CONVERGED_FIT, **policy_options})
+
+
+class GPARFreezeThawLogDraws(GPARFreezeThaw):
+    """A candidate: the default whose hyperparameter draws are taken in log units for every
+    scale and hold directions the posterior leaves open,
+    ``curve_model_options(draw_scales="log")`` (``gpar_bo.laplace``): in raw softplus
+    coordinates a switched-off component's outputscale is drawn over hundreds of units.
+    Not the default."""
+
+    name = "gpar_freeze_thaw_log_draws"
+
+    def __init__(self, **policy_options) -> None:
+        super().__init__(**{"gpar_options": curve_model_options(draw_scales="log"), **policy_options})
 
 
 class GPARFreezeThawMeasuredInitialStarts(GPARFreezeThawInitialStarts):

@@ -197,7 +197,8 @@ def test_converged_variants_pass_their_fit_arguments_to_the_fit(monkeypatch) -> 
     monkeypatch.setattr(calibration, "fit_gpytorch_mll", lambda mll, **kwargs: seen.append(kwargs))
     problem = calibration.TABLES["synthetic_101"]()
     X, Y, *_ = calibration.split(problem, 0, 10, 5)
-    for name in ("laplace", "laplace_converged", "lognormal_converged"):
+    names = ("laplace", "laplace_converged", "lognormal_converged", "laplace_log", "laplace_log_converged")
+    for name in names:
         calibration.fit_curve_model(X, Y, calibration.GPAR_VARIANTS[name](problem),
                                     calibration.FIT_KWARGS.get(name))
-    assert seen == [{}, CONVERGED_FIT, CONVERGED_FIT]
+    assert seen == [{}, CONVERGED_FIT, CONVERGED_FIT, {}, CONVERGED_FIT]

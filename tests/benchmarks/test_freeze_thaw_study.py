@@ -134,6 +134,20 @@ def test_the_previous_noise_policy_is_the_package_policy_with_that_prior_and_not
     assert method.name in freeze_thaw_study.CANDIDATES
 
 
+def test_the_log_draws_policy_is_a_candidate_drawing_in_log_scales() -> None:
+    from benchmarks import freeze_thaw_study
+    from benchmarks.bo.freeze_thaw import GPARFreezeThaw, GPARFreezeThawLogDraws
+    from benchmarks.bo.problems import synthetic_problem
+
+    method = GPARFreezeThawLogDraws()
+    method.reset(synthetic_problem(n=20, seed=1), seed=0)
+    assert method.policy.gpar_options["draw_scales"] == "log"
+    assert method.name in freeze_thaw_study.CANDIDATES and method.name in freeze_thaw_study.HARNESS_METHODS
+    default = GPARFreezeThaw()
+    default.reset(synthetic_problem(n=20, seed=1), seed=0)
+    assert default.policy.gpar_options.get("draw_scales", "raw") == "raw"
+
+
 def test_the_converged_policy_fits_to_the_candidate_tolerances_and_is_not_a_default(monkeypatch) -> None:
     from benchmarks import freeze_thaw_study
     from benchmarks.bo.freeze_thaw import CONVERGED_FIT, GPARFreezeThawConverged
