@@ -164,10 +164,10 @@ def main(argv: Sequence[str] | None = None) -> str:
         problems = {t: make_problem(t) for t in args.tables}
     except ValueError as error:
         parser.error(str(error))
-    traces = method_traces(args.runs, problems, REFERENCE, args.seeds)
-    missing = [t for t, by_seed in traces.items() if len(by_seed) < args.seeds]
-    if missing:
-        parser.error(f"the runs file has fewer than {args.seeds} runs of {REFERENCE} on {missing}")
+    try:
+        traces = method_traces(args.runs, problems, REFERENCE, args.seeds)
+    except ValueError as error:
+        parser.error(str(error))
     settings: dict[str, dict | None] = {
         "default": None,
         f"ftol {args.ftol:g} gtol {args.gtol:g}": {"optimizer_kwargs": {"options": {"ftol": args.ftol, "gtol": args.gtol}}},

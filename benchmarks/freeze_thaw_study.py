@@ -258,13 +258,19 @@ def method_traces(
 ) -> dict[str, dict[int, dict]]:
     """The traces of ``method``'s runs with seeds ``0..seeds-1`` on each table of
     ``problems`` (by the name given; at the table's study budget), by table and seed.
-    A table with fewer seeds in the runs file has fewer entries."""
+
+    Raises:
+        ValueError: The runs file lacks one of those runs (the message names the tables).
+    """
     traces: dict[str, dict[int, dict]] = {t: {} for t in problems}
     wanted = {(canonical_table(t), budget_of(t, p)): t for t, p in problems.items()}
     for line in load_runs(path):
         table = wanted.get((line["table"], line["budget"]))
         if table is not None and line["method"] == method and line["seed"] < seeds:
             traces[table][line["seed"]] = line["trace"]
+    missing = [t for t, by_seed in traces.items() if len(by_seed) < seeds]
+    if missing:
+        raise ValueError(f"the runs file {path} has fewer than {seeds} runs of {method} on {missing}")
     return traces
 
 

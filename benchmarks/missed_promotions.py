@@ -510,10 +510,10 @@ def main(argv: Sequence[str] | None = None) -> str:
             trace = simulate(GPARFreezeThaw(), problems["quick"], seed, budget_of("quick", problems["quick"]))
             traces["quick"][seed] = trace.to_json()
     else:
-        traces = method_traces(args.runs, problems, args.method, args.seeds)
-        missing = [t for t, by_seed in traces.items() if len(by_seed) < args.seeds]
-        if missing:
-            parser.error(f"the runs file has fewer than {args.seeds} runs of {args.method} on {missing}")
+        try:
+            traces = method_traces(args.runs, problems, args.method, args.seeds)
+        except ValueError as error:
+            parser.error(str(error))
     results: dict[tuple[str, str], dict[int, list[dict]]] = {}
     jobs = [(t, m, s) for t in args.tables for m in args.models for s in sorted(traces[t])]
     unstarted = []

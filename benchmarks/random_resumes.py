@@ -200,10 +200,10 @@ def main(argv: Sequence[str] | None = None) -> str:
         problem = problems["quick"]
         traces["quick"][0] = simulate(GPARFreezeThaw(), problem, 0, budget_of("quick", problem)).to_json()
     else:
-        traces = method_traces(args.runs, problems, REFERENCE, args.seeds)
-        missing = [t for t, by_seed in traces.items() if len(by_seed) < args.seeds]
-        if missing:
-            parser.error(f"the runs file has fewer than {args.seeds} runs of {REFERENCE} on {missing}")
+        try:
+            traces = method_traces(args.runs, problems, REFERENCE, args.seeds)
+        except ValueError as error:
+            parser.error(str(error))
     results: dict[str, dict[int, list[dict]]] = {}
     for table, seed in tqdm([(t, s) for t in args.tables for s in sorted(traces[t])], desc="runs", unit="run"):
         results.setdefault(table, {})[seed] = next_step_scores(

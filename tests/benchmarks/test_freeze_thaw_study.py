@@ -241,3 +241,22 @@ def test_the_budget_is_a_number_of_full_runs_worth_of_epochs(tmp_path):
     assert study.budget_of("quick", problem, 12) == 10 * problem.epochs  # the quick table keeps its own
     with pytest.raises(SystemExit):
         study.main(["--quick", "--budget-runs", "0", "--out", str(tmp_path)])
+
+
+def test_method_traces_pick_the_methods_seeds_and_name_what_is_missing(tmp_path) -> None:
+    import json
+
+    from benchmarks.freeze_thaw_study import budget_of, make_problem, method_traces
+
+    problems = {"quick": make_problem("quick")}
+    budget = budget_of("quick", problems["quick"])
+    lines = [{"table": "quick", "budget": budget, "method": m, "seed": s, "trace": {"seed": s, "by": m}}
+             for m, s in (("a", 0), ("a", 1), ("b", 2))]
+    lines.append({"table": "quick", "budget": budget + 1, "method": "b", "seed": 0, "trace": {}})
+    path = tmp_path / "runs.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert method_traces(path, problems, "a", 2) == {"quick": {0: {"seed": 0, "by": "a"}, 1: {"seed": 1, "by": "a"}}}
+    with pytest.raises(ValueError, match=r"fewer than 3 runs of a on \['quick'\]"):
+        method_traces(path, problems, "a", 3)
+    with pytest.raises(ValueError, match="fewer than 1 runs of b"):  # seed 2 only, and another budget
+        method_traces(path, problems, "b", 1)
