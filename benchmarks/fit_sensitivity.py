@@ -21,8 +21,9 @@ width over the original's (mean), and ``fit_s``, the CPU seconds of a fit (mean)
 optimiser settings are the model's default (``ftol`` ``gpar_bo.model.FIT_FTOL``, SciPy's
 ``gtol``) and ``--ftol`` and ``--gtol`` (by default those of the study's candidate
 ``gpar_freeze_thaw_converged``, ``benchmarks.bo.freeze_thaw.CONVERGED_FIT``), passed to
-every conditional's L-BFGS-B as ``FreezeThawPolicy(fit_kwargs=...)``. A development tool:
-run it on development tables.
+every conditional's L-BFGS-B as ``FreezeThawPolicy(fit_kwargs=...)``. ``--draw-scales log``
+measures the candidate hyperparameter draws (``GPARModel(draw_scales="log")``,
+:mod:`gpar_bo.laplace`) at both settings. A development tool: run it on development tables.
 
     python -m benchmarks.fit_sensitivity --tables dev_mnist_study dev_classification --seeds 2 \
         --perturbations 2 --ftol 1e-12 --gtol 1e-9 --out benchmarks/results/fit_sensitivity
@@ -47,6 +48,7 @@ from benchmarks.bo.harness import TabularProblem
 from benchmarks.freeze_thaw_study import REFERENCE, make_problem, method_traces
 from benchmarks.missed_promotions import end_state
 from benchmarks.report import RESULTS, command_line, markdown_table, write_results
+from gpar_bo.curve_model import curve_model_options
 from gpar_bo.freeze_thaw import FreezeThawPolicy
 
 #: Relative size of the perturbation: rounding error, far below any measurement.
@@ -55,8 +57,8 @@ EPSILON = 1e-12
 WIDTH_95 = 3.92
 
 
-def predictive(trace: dict, problem: TabularProblem, perturbation: int,
-               fit_kwargs: dict | None) -> tuple[np.ndarray, np.ndarray, float] | None:
+def predictive(trace: dict, problem: TabularProblem, perturbation: int, fit_kwargs: dict | None,
+               gpar_options: dict | None = None) -> tuple[np.ndarray, np.ndarray, float] | None:
     """The policy's predictive of the paused runs' log final errors at the end of ``trace``.
 
     Args:
@@ -65,6 +67,7 @@ def predictive(trace: dict, problem: TabularProblem, perturbation: int,
         perturbation: 0 for the data as recorded; else the seed of the relative
             ``EPSILON`` perturbation of the observed errors.
         fit_kwargs: ``FreezeThawPolicy``'s ``fit_kwargs`` (None: its default).
+        gpar_options: ``FreezeThawPolicy``'s ``gpar_options`` (None: its default).
 
     Returns:
         Per paused run the median and the standard deviation (from the central 95 %
@@ -78,7 +81,8 @@ def predictive(trace: dict, problem: TabularProblem, perturbation: int,
     if perturbation:
         generator = torch.Generator().manual_seed(perturbation)
         Y = Y * (1 + EPSILON * torch.randn(Y.shape, generator=generator, dtype=Y.dtype))
-    policy = FreezeThawPolicy(problem.checkpoints, seed=int(trace["seed"]), fit_kwargs=fit_kwargs)
+    policy = FreezeThawPolicy(problem.checkpoints, seed=int(trace["seed"]), fit_kwargs=fit_kwargs,
+                              gpar_options=gpar_options)
     start = time.process_time()
     samples = policy.final_error_samples(problem.X[settings], Y, rows)
     seconds = time.process_time() - start
@@ -150,6 +154,9 @@ def main(argv: Sequence[str] | None = None) -> str:
                         help="the second setting's L-BFGS-B ftol (default: the converged candidate's, %(default)g)")
     parser.add_argument("--gtol", type=float, default=converged["gtol"],
                         help="the second setting's L-BFGS-B gtol (default: the converged candidate's, %(default)g)")
+    parser.add_argument("--draw-scales", choices=["raw", "log"], default="raw",
+                        help="the model's hyperparameter draws (GPARModel's draw_scales; "
+                             "'log' is a candidate), for both optimiser settings")
     parser.add_argument("--out", type=Path, default=RESULTS / "fit_sensitivity")
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.perturbations < 1:
@@ -172,14 +179,15 @@ def main(argv: Sequence[str] | None = None) -> str:
         "default": None,
         f"ftol {args.ftol:g} gtol {args.gtol:g}": {"optimizer_kwargs": {"options": {"ftol": args.ftol, "gtol": args.gtol}}},
     }
+    gpar_options = None if args.draw_scales == "raw" else curve_model_options(draw_scales=args.draw_scales)
     jobs = [(t, s, seed) for t in args.tables for s in settings for seed in sorted(traces[t])]
     results: dict[tuple[str, str], list[list[tuple]]] = {}
     for table, setting, seed in tqdm(jobs, desc="runs", unit="run"):
-        fits = [predictive(traces[table][seed], problems[table], k, settings[setting])
+        fits = [predictive(traces[table][seed], problems[table], k, settings[setting], gpar_options)
                 for k in range(args.perturbations + 1)]
         if fits[0] is not None:
             results.setdefault((table, setting), []).append(fits)
-    rows = [sensitivity_row(t, s, r) for (t, s), r in results.items()]
+    rows = [{**sensitivity_row(t, s, r), "draws": args.draw_scales} for (t, s), r in results.items()]
     if not rows:
         parser.error("no run had paused runs and a model to predict them")
     notes = (f"Each run's end state predicted from its data as recorded and from {args.perturbations} "

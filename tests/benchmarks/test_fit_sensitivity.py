@@ -54,6 +54,22 @@ def test_optimiser_options_reach_the_fit(problem, trace, monkeypatch) -> None:
     assert not np.array_equal(loose[0], default[0])  # a looser fit stops elsewhere
 
 
+def test_model_options_reach_the_policy(problem, trace, monkeypatch) -> None:
+    seen = []
+    original = fs.FreezeThawPolicy.__init__
+
+    def recording(self, *args, **kwargs):
+        seen.append(kwargs.get("gpar_options"))
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(fs.FreezeThawPolicy, "__init__", recording)
+    options = fs.curve_model_options(draw_scales="log")
+    fs.predictive(trace, problem, 0, None, options)
+    assert seen[-1] is options
+    fs.predictive(trace, problem, 0, None)
+    assert seen[-1] is None  # the policy's default model
+
+
 def test_sensitivity_row_measures_shifts_in_predictive_sds() -> None:
     base = (np.array([0.0, 1.0]), np.array([1.0, 2.0]), 1.0)
     first = (np.array([0.5, 1.0]), np.array([1.0, 4.0]), 3.0)
@@ -74,6 +90,7 @@ def test_sensitivity_row_measures_shifts_in_predictive_sds() -> None:
     (["--gtol", "-1"], "--gtol must be > 0"),
     (["--runs", "no/such/runs.jsonl"], "no runs file"),
     (["--tables", "nonsense"], "nonsense"),
+    (["--draw-scales", "logit"], "invalid choice"),
 ])
 def test_bad_input_is_one_line_before_any_fit(argv, message, capsys, tmp_path) -> None:
     with pytest.raises(SystemExit):
