@@ -50,6 +50,7 @@ from benchmarks.missed_promotions import end_state
 from benchmarks.report import RESULTS, command_line, markdown_table, write_results
 from gpar_bo.curve_model import curve_model_options
 from gpar_bo.freeze_thaw import FreezeThawPolicy
+from gpar_bo.laplace import DRAW_SCALES
 
 #: Relative size of the perturbation: rounding error, far below any measurement.
 EPSILON = 1e-12
@@ -154,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> str:
                         help="the second setting's L-BFGS-B ftol (default: the converged candidate's, %(default)g)")
     parser.add_argument("--gtol", type=float, default=converged["gtol"],
                         help="the second setting's L-BFGS-B gtol (default: the converged candidate's, %(default)g)")
-    parser.add_argument("--draw-scales", choices=["raw", "log"], default="raw",
+    parser.add_argument("--draw-scales", choices=DRAW_SCALES, default="raw",
                         help="the model's hyperparameter draws (GPARModel's draw_scales; "
                              "'log' is a candidate), for both optimiser settings")
     parser.add_argument("--out", type=Path, default=RESULTS / "fit_sensitivity")

@@ -10,8 +10,8 @@ are poorly determined, and predictions for other runs are over-confident
 ``GPARModel(..., hyperparameter_draws=K)`` predicts with the mixture over ``K`` draws.
 
 Coordinates (``scales="raw"``, the default): BoTorch's noise and length scales are
-constrained by a lower bound enforced by the fit's box constraints, not by a transform
-(the raw value *is* the noise or length scale). Such a parameter is drawn in
+constrained by a one-sided lower bound enforced by the fit's box constraints, not by a
+transform (the raw value *is* the noise or length scale). Such a parameter is drawn in
 ``log(raw - bound)``, so that every draw is valid; one that sits on its bound (the fit
 pushed it there) has no curvature there and is held at the fit, as are directions of
 (numerically) zero curvature. Other raw parameters (a softplus outputscale, a constant
@@ -21,13 +21,18 @@ That fails for a switched-off component: an outputscale fitted to nearly 0 (a ra
 far below 0; a fit run to convergence goes on pushing it down) sits on a plateau of the
 log posterior, which the Gaussian spreads over hundreds of raw units, up to outputscales
 no fit would choose, and the mixture's predictive becomes far too wide
-(``benchmarks/results/freeze_thaw_writeup.md``, session 40). ``scales="log"`` (a
-candidate) draws every parameter with a lower bound in ``log(value - bound)``, softplus
-outputscales included, so that all scales are drawn on one log scale whatever their raw
-form, and holds at the fit every direction whose standard deviation would exceed
-``MAX_DRAW_SD``: no parameter with a prior gets near it (the widest, BoTorch's
-length-scale LogNormal, has a standard deviation of ``sqrt(3)`` in log units), so such
-a direction is one the posterior leaves open, not one it locates.
+(``benchmarks/results/freeze_thaw_writeup.md``, "Switched-off components and the Laplace
+draws"). ``scales="log"`` (a candidate) draws every parameter with a one-sided lower
+bound in ``log(value - bound)``, softplus outputscales included, so that all scales are
+drawn on one log scale whatever their raw form, and holds at the fit every direction
+whose standard deviation would exceed ``MAX_DRAW_SD``. That threshold is a heuristic, not
+a bound: the widest prior BoTorch's ``SingleTaskGP`` puts on a scale (its length-scale
+LogNormal) has a standard deviation of ``sqrt(3)`` log units, so near a stationary point
+away from the bounds a direction that wide is left open by the posterior rather than
+located by it. A direction the prior does not hold may still be located by the data
+within ``MAX_DRAW_SD`` or not: the Gamma noise prior (``noise_prior="gamma"``) and the
+paper's conventions (no priors) leave such directions to the likelihood, and near a bound,
+or away from a stationary point, the curvature in log units differs from the prior's.
 """
 
 from __future__ import annotations
@@ -42,15 +47,23 @@ from gpytorch.settings import lazily_evaluate_kernels
 from torch import Tensor
 from torch.nn.utils import parameters_to_vector
 
-__all__ = ["HyperparameterDraws", "LaplaceCoordinates", "laplace_coordinates", "laplace_draws", "set_trainable_raw", "trainable_raw"]
+__all__ = [
+    "DRAW_SCALES", "DrawScales", "HyperparameterDraws", "LaplaceCoordinates", "laplace_draws",
+    "set_trainable_raw", "trainable_raw",
+]
 
 #: Central-difference step of the Hessian, in the drawn coordinates.
 HESSIAN_STEP = 1e-4
 #: Eigenvalues of the Hessian below this fraction of the largest are flat directions.
 FLAT_CURVATURE = 1e-8
-#: With ``scales="log"``, directions whose standard deviation would exceed this (a
-#: factor ``e**10`` in a scale) are left open by the posterior, not located: held at the fit.
+#: With ``scales="log"``, eigendirections of the Hessian (of every drawn coordinate, log
+#: scales and raw ones alike) whose standard deviation would exceed this (a factor
+#: ``e**10`` in a scale) are taken as left open by the posterior: held at the fit. Chosen
+#: from the priors' widths (module docstring), not fitted to any table's coverage.
 MAX_DRAW_SD = 10.0
+#: The coordinates ``laplace_draws`` can draw in (module docstring).
+DRAW_SCALES = ("raw", "log")
+DrawScales = Literal["raw", "log"]
 
 
 def trainable_raw(gp: SingleTaskGP) -> Tensor:
@@ -76,21 +89,22 @@ class LaplaceCoordinates:
     r"""The coordinates ``phi`` in which a conditional's hyperparameters are drawn.
 
     Per element of ``trainable_raw(gp)``: ``log(value - bound)`` where the parameter has
-    a finite lower bound enforced by the fit's box constraints (``value`` the raw value
-    itself) or, with ``scales="log"``, by a one-sided transform (``value`` the
-    constraint's transform of the raw value, e.g. softplus); the raw value elsewhere.
+    a one-sided lower bound enforced by the fit's box constraints (``value`` the raw
+    value itself) or, with ``scales="log"``, by a transform (``value`` the constraint's
+    transform of the raw value, e.g. softplus); the raw value elsewhere.
 
     Attributes:
         raw: The fit's raw values (``P``).
         bound: The lower bound of each value (``-inf`` where drawn as it is).
         drawn: False where a value sits on its bound (held at the fit).
+        logged: True where drawn in ``log(value - bound)`` (a finite bound, not held).
         phi: The fit in the drawn coordinates.
     """
 
-    def __init__(self, gp: SingleTaskGP, scales: Literal["raw", "log"] = "raw") -> None:
-        if scales not in ("raw", "log"):
-            raise ValueError(f"scales must be 'raw' or 'log'; got {scales!r}.")
-        raw, bound, self._segments = [], [], []
+    def __init__(self, gp: SingleTaskGP, scales: DrawScales = "raw") -> None:
+        if scales not in DRAW_SCALES:
+            raise ValueError(f"scales must be one of {DRAW_SCALES}; got {scales!r}.")
+        raw, bound, self._segments, start = [], [], [], 0
         for _, p, constraint in gp.named_parameters_and_constraints():
             if not p.requires_grad:
                 continue
@@ -98,12 +112,12 @@ class LaplaceCoordinates:
             lower = torch.full_like(values, -math.inf)
             transform = None
             if constraint is not None and hasattr(constraint, "lower_bound"):
-                two_sided = not math.isinf(float(constraint.upper_bound.max()))
-                if not constraint.enforced or (scales == "log" and not two_sided):
+                bounded_above = not math.isinf(float(constraint.upper_bound.max()))
+                if not constraint.enforced or (scales == "log" and not bounded_above):
                     lower = constraint.lower_bound.to(values).expand_as(values).clone()
                     transform = constraint if constraint.enforced else None
-            start = sum(len(r) for r in raw)
             self._segments.append((slice(start, start + len(values)), transform))
+            start += len(values)
             raw.append(values)
             bound.append(lower)
         self.raw, self.bound = torch.cat(raw), torch.cat(bound)
@@ -124,9 +138,10 @@ class LaplaceCoordinates:
 
     def to_raw(self, phi: Tensor) -> Tensor:
         """The raw vectors (``... x P``) of drawn coordinates ``phi``; differentiable."""
-        # Finite in every branch, so that the unused one's gradient is 0, not NaN.
+        # Finite and within the bound in every branch (a held element's filler is
+        # bound + 1), so that the unused branch's gradient is 0, not NaN.
         safe = torch.where(self.logged, phi, 0.0)
-        value = torch.where(self.logged, self.bound, 0.0) + safe.exp()
+        value = torch.where(torch.isfinite(self.bound), self.bound, 0.0) + safe.exp()
         parts = [
             torch.where(self.logged[sl], value[..., sl] if t is None else t.inverse_transform(value[..., sl]),
                         phi[..., sl])
@@ -135,17 +150,11 @@ class LaplaceCoordinates:
         return torch.cat(parts, -1)
 
 
-def laplace_coordinates(gp: SingleTaskGP, scales: Literal["raw", "log"] = "raw") -> LaplaceCoordinates:
-    """The coordinates in which ``laplace_draws(..., scales=scales)`` draws ``gp``'s
-    hyperparameters (see the module docstring)."""
-    return LaplaceCoordinates(gp, scales)
-
-
 def laplace_draws(
-    gp: SingleTaskGP, num_draws: int, generator: torch.Generator, scales: Literal["raw", "log"] = "raw"
+    gp: SingleTaskGP, num_draws: int, generator: torch.Generator, scales: DrawScales = "raw"
 ) -> Tensor:
     r"""Draws of a fitted conditional's hyperparameters, ``N(fit, H^{-1})`` in the
-    coordinates of ``laplace_coordinates``.
+    coordinates of ``LaplaceCoordinates(gp, scales)``.
 
     ``H`` is the Hessian of the negative log marginal likelihood plus log priors and
     added loss terms (GPyTorch's ``ExactMarginalLogLikelihood`` times the number of
@@ -165,7 +174,7 @@ def laplace_draws(
         ``K x P`` vectors of ``trainable_raw`` form, each within its constraints.
     """
     params = [p for p in gp.parameters() if p.requires_grad]
-    coords = laplace_coordinates(gp, scales)
+    coords = LaplaceCoordinates(gp, scales)
     raw, phi0 = coords.raw, coords.phi
 
     def gradient(phi: Tensor) -> Tensor:
@@ -204,14 +213,15 @@ def laplace_draws(
         eigenvalues, vectors = torch.linalg.eigh((hessian + hessian.mT) / 2)
         if not torch.isfinite(eigenvalues).all():
             raise ValueError("The Hessian of the conditional's log posterior is not finite.")
-        flat = FLAT_CURVATURE * float(eigenvalues.max())
-        curved = eigenvalues > (max(flat, MAX_DRAW_SD**-2) if scales == "log" else flat)
+        threshold = FLAT_CURVATURE * eigenvalues.max()
+        if scales == "log":
+            threshold = threshold.clamp_min(MAX_DRAW_SD**-2)
+        curved = eigenvalues > threshold
         std = torch.where(curved, eigenvalues.clamp_min(1e-300).rsqrt(), 0.0)
         normals = torch.randn(num_draws, len(index), generator=generator, dtype=raw.dtype).to(raw)
         phi[:, index] = phi0[index] + (normals * std) @ vectors.mT
     with torch.no_grad():
-        draws = coords.to_raw(phi)
-    return torch.where(coords.drawn, draws, raw)  # held values exactly as fitted
+        return coords.to_raw(phi)  # held elements are not logged: their fit, as it is
 
 
 class HyperparameterDraws(torch.nn.Module):

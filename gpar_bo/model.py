@@ -41,7 +41,7 @@ from gpar_bo import conditionals as spec
 from gpar_bo.chain import ChainOptions, TrainingChain
 from gpar_bo.data import check_inputs, check_training_data, resolve_output_names
 from gpar_bo.kernels import Conventions, KernelFamily, input_kernels
-from gpar_bo.laplace import HyperparameterDraws, laplace_draws, trainable_raw
+from gpar_bo.laplace import DRAW_SCALES, DrawScales, HyperparameterDraws, laplace_draws, trainable_raw
 from gpar_bo.posterior import GPARPosterior
 from gpar_bo.prediction import output_scaling
 from gpar_bo.prepared import PredictorCache
@@ -171,7 +171,7 @@ class GPARModel(Model):
         noise_prior: str = "lognormal",
         measurement_noise: Callable[[Tensor], Tensor] | None = None,
         hyperparameter_draws: int = 0,
-        draw_scales: str = "raw",
+        draw_scales: DrawScales = "raw",
     ) -> None:
         super().__init__()
         # Everything but the data, to rebuild the model on more data.
@@ -197,8 +197,8 @@ class GPARModel(Model):
         draws = hyperparameter_draws
         if isinstance(draws, bool) or not isinstance(draws, int) or draws < 0:
             raise ValueError(f"hyperparameter_draws must be an integer >= 0; got {draws!r}.")
-        if draw_scales not in ("raw", "log"):
-            raise ValueError(f"draw_scales must be 'raw' or 'log'; got {draw_scales!r}.")
+        if draw_scales not in DRAW_SCALES:
+            raise ValueError(f"draw_scales must be one of {DRAW_SCALES}; got {draw_scales!r}.")
         if num_inducing is not None and num_inducing < 1:
             raise ValueError(f"num_inducing must be None or >= 1; got {num_inducing}.")
         self.output_names = resolve_output_names(output_names, train_Y.shape[-1])

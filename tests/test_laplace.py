@@ -11,7 +11,7 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 
 from gpar_bo.curve_model import curve_model_options
 from gpar_bo.freeze_thaw import FreezeThawIndex
-from gpar_bo.laplace import laplace_coordinates, laplace_draws, set_trainable_raw, trainable_raw
+from gpar_bo.laplace import LaplaceCoordinates, laplace_draws, set_trainable_raw, trainable_raw
 from gpar_bo.model import GPARMarginalLogLikelihood, GPARModel
 from gpar_bo.prediction import ConditionalPredictor, _StackedSamples
 from gpar_bo.synthetic import learning_curves
@@ -36,6 +36,11 @@ def fitted(draws: int, **options) -> GPARModel:
     return model
 
 
+def element_names(gp: torch.nn.Module) -> list[str]:
+    """The parameter name of each element of ``trainable_raw(gp)``."""
+    return [name for name, p in gp.named_parameters() if p.requires_grad for _ in range(p.numel())]
+
+
 @pytest.fixture(scope="module")
 def model() -> GPARModel:
     return fitted(4)
@@ -48,25 +53,25 @@ def test_draws_are_valid_centred_and_held_on_bounds(scales: str) -> None:
     draws = laplace_draws(gp, 400, torch.Generator().manual_seed(0), scales)
     assert draws.shape == (400, len(theta)) and not torch.equal(draws[0], draws[1])
     assert torch.equal(trainable_raw(gp), theta)  # the fit is left as it was
-    coords = laplace_coordinates(gp, scales)
+    coords = LaplaceCoordinates(gp, scales)
     assert torch.equal(coords.raw, theta) and bool(coords.logged.any())  # noise, length scales
     torch.testing.assert_close(coords.to_raw(coords.to_phi(draws)), draws)
-    assert (coords.values(draws) > coords.bound).all()  # every draw is a valid value
+    # every draw is a valid value (by construction for softplus ones; the box-bounded
+    # noise and length scales are raw values that a Gaussian in raw units could break)
+    assert (coords.values(draws) > coords.bound).all()
     assert (draws[:, ~coords.drawn] == theta[~coords.drawn]).all()
     free = ~coords.logged  # drawn as they are: centred on the fit
     spread = draws[:, free].std(0)
     assert ((draws[:, free].mean(0) - theta[free]).abs() <= 4 * spread / 20 + 1e-12).all()
-    outputscales = [i for i, (name, p) in enumerate(
-        (n, p) for n, p in gp.named_parameters() if p.requires_grad for _ in range(p.numel()))
-        if "raw_outputscale" in name]
+    outputscales = [i for i, name in enumerate(element_names(gp)) if "raw_outputscale" in name]
     assert bool(coords.logged[outputscales].all()) == (scales == "log")  # softplus: logged in "log"
     noise = gp.likelihood.noise_covar
     with torch.no_grad():  # a parameter put on its bound is held there
         noise.raw_noise.fill_(float(noise.raw_noise_constraint.lower_bound))
-    at = laplace_coordinates(gp, scales).raw.tolist().index(float(noise.raw_noise.detach()))
+    at = LaplaceCoordinates(gp, scales).raw.tolist().index(float(noise.raw_noise.detach()))
     held = laplace_draws(gp, 5, torch.Generator().manual_seed(0), scales)
     assert (held[:, at] == noise.raw_noise.item()).all()
-    with pytest.raises(ValueError, match="scales must be 'raw' or 'log'"):
+    with pytest.raises(ValueError, match="scales must be one of"):
         laplace_draws(gp, 5, torch.Generator(), "logit")
 
 
@@ -91,7 +96,7 @@ def test_a_switched_off_component_is_held_in_log_scales_and_spread_in_raw_ones()
                      optimizer_kwargs={"options": {"ftol": 1e-12, "gtol": 1e-9}})
     with torch.no_grad():
         kernel.kernels[0].raw_outputscale.fill_(-10.0)  # where a looser fit may stop on the plateau
-    names = [n for n, p in gp.named_parameters() if p.requires_grad]
+    names = element_names(gp)
     off = names.index("covar_module.kernels.0.raw_outputscale")
     theta = trainable_raw(gp)
     raw = laplace_draws(gp, 64, torch.Generator().manual_seed(0), "raw")
@@ -103,14 +108,32 @@ def test_a_switched_off_component_is_held_in_log_scales_and_spread_in_raw_ones()
     assert bool((log[:, others].std(0) > 1e-3).all())
 
 
-@pytest.mark.parametrize("scales", ["raw", "log"])
-def test_draws_precision_is_the_curvature_of_the_log_posterior(scales: str) -> None:
+def test_the_scales_differ_only_in_softplus_parameters_and_wide_directions() -> None:
+    """Without a softplus outputscale (BoTorch's default ``SingleTaskGP``: its noise and
+    length scales are box-bounded, its constant mean free) and with every direction
+    located (targets that depend on both inputs), "log" draws are "raw" draws, bit for
+    bit, from the same normals."""
+    from botorch.models import SingleTaskGP
+
+    generator = torch.Generator().manual_seed(0)
+    X = torch.rand(30, 2, generator=generator, dtype=torch.double)
+    Y = torch.sin(6 * X[:, :1]) + torch.cos(4 * X[:, 1:])
+    Y = Y + 0.1 * torch.randn(30, 1, generator=generator, dtype=torch.double)
+    gp = SingleTaskGP(X, Y)
+    fit_gpytorch_mll(ExactMarginalLogLikelihood(gp.likelihood, gp))
+    raw, log = (laplace_draws(gp, 16, torch.Generator().manual_seed(3), s) for s in ("raw", "log"))
+    assert bool(LaplaceCoordinates(gp, "log").drawn.all())
+    assert torch.equal(raw, log) and not torch.equal(raw[0], raw[1])
+
+
+@pytest.mark.parametrize("scales, m", [("raw", 1), ("log", 2)])
+def test_draws_precision_is_the_curvature_of_the_log_posterior(scales: str, m: int) -> None:
     """In the drawn coordinates, the draws' precision matrix is the Hessian of the
     negative log posterior: checked on its diagonal against second differences of
-    the loss itself (the draws use differences of its gradient). Conditional 2 has no
-    switched-off component, so no direction is held."""
-    gp = fitted(0).conditionals[2]
-    coords = laplace_coordinates(gp, scales)
+    the loss itself (the draws use differences of its gradient). With log scales,
+    conditional 1 has a direction wider than ``MAX_DRAW_SD``, held; conditional 2 none."""
+    gp = fitted(0).conditionals[m]
+    coords = LaplaceCoordinates(gp, scales)
     drawn = coords.drawn
     draws = laplace_draws(gp, 20000, torch.Generator().manual_seed(1), scales)
     phi = coords.to_phi(draws)[:, drawn]
@@ -143,8 +166,9 @@ def test_fit_draws_later_conditionals_reproducibly(model: GPARModel) -> None:
     for bad in (-1, 2.5, True):
         with pytest.raises(ValueError, match="hyperparameter_draws must be an integer >= 0"):
             GPARModel(*data(), hyperparameter_draws=bad)
-    with pytest.raises(ValueError, match="draw_scales must be 'raw' or 'log'"):
+    with pytest.raises(ValueError, match="draw_scales must be one of"):
         GPARModel(*data(), hyperparameter_draws=2, draw_scales="logit")
+    assert GPARModel(*data()).draw_scales == "raw"  # the default
 
 
 def test_draw_scales_reach_the_draws() -> None:
@@ -336,8 +360,7 @@ def test_shared_points_are_drawn_once_and_stay_exact(
 
 def test_a_draw_that_cannot_be_factorised_falls_back_to_the_fit(model: GPARModel) -> None:
     model = deepcopy(model)
-    names = [name for name, p in model.conditionals[-1].named_parameters() if p.requires_grad]
-    at = names.index("likelihood.noise_covar.raw_noise")
+    at = element_names(model.conditionals[-1]).index("likelihood.noise_covar.raw_noise")
     model.hyperparameter_draws[-1].raw[0, at] = -100.0  # a negative noise: not positive definite
     X = torch.rand(2, 2, dtype=torch.double)
     with pytest.warns(RuntimeWarning, match="not positive definite"):

@@ -202,3 +202,5 @@ def test_converged_variants_pass_their_fit_arguments_to_the_fit(monkeypatch) -> 
         calibration.fit_curve_model(X, Y, calibration.GPAR_VARIANTS[name](problem),
                                     calibration.FIT_KWARGS.get(name))
     assert seen == [{}, CONVERGED_FIT, CONVERGED_FIT, {}, CONVERGED_FIT]
+    assert [calibration.GPAR_VARIANTS[name](problem).get("draw_scales", "raw") for name in names] == [
+        "raw", "raw", "raw", "log", "log"]

@@ -70,6 +70,26 @@ def test_model_options_reach_the_policy(problem, trace, monkeypatch) -> None:
     assert seen[-1] is None  # the policy's default model
 
 
+def test_draw_scales_reach_every_prediction_and_the_rows(problem, trace, monkeypatch, tmp_path) -> None:
+    import json
+
+    seen = []
+
+    def recording(trace, problem, k, fit_kwargs, gpar_options=None):
+        seen.append(gpar_options)
+        return np.zeros(2), np.ones(2), 1.0
+
+    monkeypatch.setattr(fs, "predictive", recording)
+    monkeypatch.setattr(fs, "method_traces", lambda runs, problems, method, seeds: {"quick": {0: trace}})
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("")
+    fs.main(["--tables", "quick", "--seeds", "1", "--perturbations", "1", "--draw-scales", "log",
+             "--runs", str(runs), "--out", str(tmp_path / "out")])
+    assert len(seen) == 4 and all(options["draw_scales"] == "log" for options in seen)  # 2 settings x 2 fits
+    rows = json.loads((tmp_path / "out" / "fit_sensitivity.json").read_text())["rows"]
+    assert [row["draws"] for row in rows] == ["log", "log"]
+
+
 def test_sensitivity_row_measures_shifts_in_predictive_sds() -> None:
     base = (np.array([0.0, 1.0]), np.array([1.0, 2.0]), 1.0)
     first = (np.array([0.5, 1.0]), np.array([1.0, 4.0]), 3.0)

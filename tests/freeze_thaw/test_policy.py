@@ -585,10 +585,6 @@ def test_only_the_default_and_candidates_on_it_are_told_the_budget() -> None:
     method = adapters.GPARFreezeThawRandomResumes()
     method.reset(synthetic_problem(n=10, seed=0), seed=0)
     assert method.policy.random_resume_fraction == 0.05 and FreezeThawPolicy(EPOCHS).random_resume_fraction == 0
-    method = adapters.GPARFreezeThawLogDraws()
-    method.reset(synthetic_problem(n=10, seed=0), seed=0)
-    assert method.policy.gpar_options["draw_scales"] == "log"
-    assert GPARModel(torch.rand(4, 1, dtype=torch.double), torch.rand(4, 2, dtype=torch.double)).draw_scales == "raw"
     method = adapters.GPARFreezeThawLatentPaths()
     method.reset(synthetic_problem(n=10, seed=0), seed=0)
     assert method.policy.latent_paths and not GPARFreezeThaw().policy_options
