@@ -38,7 +38,7 @@ or away from a stationary point, the curvature in log units differs from the pri
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 from botorch.models import SingleTaskGP
@@ -61,9 +61,9 @@ FLAT_CURVATURE = 1e-8
 #: ``e**10`` in a scale) are taken as left open by the posterior: held at the fit. Chosen
 #: from the priors' widths (module docstring), not fitted to any table's coverage.
 MAX_DRAW_SD = 10.0
-#: The coordinates ``laplace_draws`` can draw in (module docstring).
-DRAW_SCALES = ("raw", "log")
 DrawScales = Literal["raw", "log"]
+#: The coordinates ``laplace_draws`` can draw in (module docstring).
+DRAW_SCALES: tuple[str, ...] = get_args(DrawScales)
 
 
 def trainable_raw(gp: SingleTaskGP) -> Tensor:
