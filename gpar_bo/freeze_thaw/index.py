@@ -66,15 +66,20 @@ def expected_improvement_lognormal(mean: Tensor, std: Tensor, incumbent: float) 
     r"""``E[(incumbent - exp(Z))^+]`` for ``Z ~ N(mean, std^2)`` (elementwise).
 
     The expected reduction of an error ``incumbent`` by an error whose log is
-    Gaussian (the put option of Black and Scholes).
+    Gaussian (the put option of Black and Scholes):
+    ``incumbent * Phi(z) - exp(mean + std^2 / 2) * Phi(z - std)`` with
+    ``z = (log(incumbent) - mean) / std``. The second term is formed in log space,
+    ``exp(mean + std^2 / 2 + log Phi(z - std))``: a sample path whose log error runs far
+    above the incumbent (a hyperparameter draw can make GPAR's chain diverge) pays
+    nothing, where the product would be ``inf * 0 = NaN`` and, averaged over the paths,
+    would zero that run's index.
     """
     if not incumbent > 0:
         raise ValueError(f"The incumbent must be a positive error; got {incumbent}.")
     std = std.clamp_min(1e-12)
     z = (math.log(incumbent) - mean) / std
-    normal = torch.distributions.Normal(torch.zeros_like(z), torch.ones_like(z))
-    value = incumbent * normal.cdf(z) - torch.exp(mean + std**2 / 2) * normal.cdf(z - std)
-    return value.clamp_min(0.0)
+    above = torch.exp(mean + std**2 / 2 + torch.special.log_ndtr(z - std))
+    return (incumbent * torch.special.ndtr(z) - above).clamp_min(0.0)
 
 
 def stopping_index(
@@ -99,7 +104,7 @@ def stopping_index(
     Args:
         reward: ``S x N`` expected payoff of each path if its run is trained to the
             end, given the path up to the second-last checkpoint (e.g. the expected
-            improvement; >= 0).
+            improvement; finite, >= 0).
         paths: ``S x N x M`` sampled values of the runs at the M checkpoints (the
             information at each checkpoint); entries at checkpoints a run has
             observed are ignored. ``S`` must be a multiple of ``num_bins``.
@@ -122,6 +127,8 @@ def stopping_index(
         raise ValueError(f"The number of paths ({S}) must be a multiple of num_bins ({num_bins}).")
     if ((observed < 0) | (observed >= M)).any():
         raise ValueError(f"observed must be in [0, {M - 1}]; got {observed.tolist()}.")
+    if not bool(torch.isfinite(reward).all()):  # a NaN would silently zero its run's index
+        raise ValueError("reward must be finite; got NaN or infinity on some paths.")
     reward, paths = reward.detach().clamp_min(0.0), paths.detach()
     steps = torch.diff(epochs.to(paths), prepend=epochs.new_zeros(1).to(paths))
     first_step = steps[observed]  # N: the committed step

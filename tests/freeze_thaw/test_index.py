@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+
+import pytest
 import torch
 
 from gpar_bo import GPARModel
@@ -54,6 +57,26 @@ def test_lognormal_expected_improvement_matches_monte_carlo() -> None:
     monte_carlo = (0.1 - (mean + std * z).exp()).clamp_min(0).mean(0)
     exact = expected_improvement_lognormal(mean, std, 0.1)
     assert torch.allclose(exact, monte_carlo, atol=2e-4)
+
+
+def test_lognormal_expected_improvement_is_zero_not_nan_on_a_diverged_path() -> None:
+    # A hyperparameter draw can make GPAR's chain diverge: log errors of hundreds, whose
+    # exp overflows. Such a path pays nothing; NaN would zero its run's index.
+    mean = torch.tensor([893.0, 1369.0, 1e5], dtype=torch.double)
+    std = torch.tensor([0.1, 2.0, 0.1], dtype=torch.double)
+    assert torch.equal(expected_improvement_lognormal(mean, std, 0.1), torch.zeros(3, dtype=torch.double))
+    # Far below the incumbent the put is worth its intrinsic value.
+    deep = expected_improvement_lognormal(torch.tensor([-30.0], dtype=torch.double),
+                                          torch.tensor([0.1], dtype=torch.double), 0.1)
+    assert torch.allclose(deep, torch.tensor([0.1], dtype=torch.double) - math.exp(-30.0 + 0.005))
+
+
+def test_index_refuses_a_non_finite_reward() -> None:
+    reward = torch.rand(16, 2, dtype=torch.double)
+    reward[3, 1] = float("nan")
+    with pytest.raises(ValueError, match="reward must be finite"):
+        stopping_index(reward, torch.randn(16, 2, 3, dtype=torch.double), torch.tensor([0, 1]),
+                       torch.tensor(EPOCHS, dtype=torch.double))
 
 
 def test_latent_paths_add_the_final_noise_once(curve_model: GPARModel) -> None:
