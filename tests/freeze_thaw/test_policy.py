@@ -19,6 +19,7 @@ from gpar_bo.freeze_thaw import (
     expected_improvement_lognormal,
     stopping_index,
 )
+from gpar_bo.freeze_thaw import index as index_module
 from gpar_bo.freeze_thaw import policy as policy_module
 from gpar_bo.model import GPARModel
 from gpar_bo.refit import mismatched_hyperparameters
@@ -158,6 +159,16 @@ def test_policy_falls_back_when_the_fit_fails(monkeypatch: pytest.MonkeyPatch, c
         decision = FreezeThawPolicy(EPOCHS, **FAST).decide(X, Y, paused, candidates)
     assert decision.reason.startswith("model-free: GPAR failed") and "no convergence" in decision.reason
     assert "no convergence" in caplog.text
+
+
+def test_policy_falls_back_on_a_non_finite_reward(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A NaN reward used to zero its run's index silently; now the decision says why it fell back.
+    monkeypatch.setattr(index_module, "expected_improvement_lognormal",
+                        lambda mean, std, incumbent: torch.full_like(mean, float("nan")))
+    X, Y = state()
+    paused = ~Y[:, -1].isfinite()
+    decision = FreezeThawPolicy(EPOCHS, **FAST).decide(X, Y, paused, torch.rand(5, 1, dtype=torch.double))
+    assert decision.reason.startswith("model-free: GPAR failed") and "reward must be finite" in decision.reason
 
 
 @pytest.mark.parametrize("staged_refits", [True, False])
