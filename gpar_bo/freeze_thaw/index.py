@@ -68,17 +68,19 @@ def expected_improvement_lognormal(mean: Tensor, std: Tensor, incumbent: float) 
     The expected reduction of an error ``incumbent`` by an error whose log is
     Gaussian (the put option of Black and Scholes):
     ``incumbent * Phi(z) - exp(mean + std^2 / 2) * Phi(z - std)`` with
-    ``z = (log(incumbent) - mean) / std``. The second term is formed in log space,
-    ``exp(mean + std^2 / 2 + log Phi(z - std))``: a sample path whose log error runs far
-    above the incumbent (a hyperparameter draw can make GPAR's chain diverge) pays
-    nothing, where the product would be ``inf * 0 = NaN`` and, averaged over the paths,
-    would zero that run's index.
+    ``z = (log(incumbent) - mean) / std``. The second term is computed as
+    ``exp(mean + std^2 / 2 + log Phi(z - std))``, so a sample path whose log error runs
+    far above the incumbent (a hyperparameter draw can make GPAR's chain diverge) pays
+    nothing, where the product overflowed into ``inf * 0 = NaN``. Its exponent is
+    ``inf - inf`` only where the term is 0 in the limit (an infinite mean or
+    ``std``); a NaN ``mean`` stays NaN.
     """
     if not incumbent > 0:
         raise ValueError(f"The incumbent must be a positive error; got {incumbent}.")
     std = std.clamp_min(1e-12)
     z = (math.log(incumbent) - mean) / std
-    above = torch.exp(mean + std**2 / 2 + torch.special.log_ndtr(z - std))
+    exponent = mean + std**2 / 2 + torch.special.log_ndtr(z - std)
+    above = torch.where(exponent.isnan() & ~mean.isnan(), 0.0, exponent.exp())
     return (incumbent * torch.special.ndtr(z) - above).clamp_min(0.0)
 
 

@@ -504,6 +504,10 @@ class FreezeThawPolicy:
         Returns:
             ``c`` indices (expected reduction of the incumbent's error per epoch), or
             None while fewer than two runs reached the final checkpoint.
+
+        Raises:
+            ValueError: The curves or candidates are malformed (as in ``decide``), or the
+                model's paths give a NaN reward (``decide`` falls back instead).
         """
         observed = self._check_curves(X, Y).sum(-1)
         self._check_candidates(X, candidates)

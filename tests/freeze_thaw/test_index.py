@@ -65,10 +65,20 @@ def test_lognormal_expected_improvement_is_zero_not_nan_on_a_diverged_path() -> 
     mean = torch.tensor([893.0, 1369.0, 1e5], dtype=torch.double)
     std = torch.tensor([0.1, 2.0, 0.1], dtype=torch.double)
     assert torch.equal(expected_improvement_lognormal(mean, std, 0.1), torch.zeros(3, dtype=torch.double))
-    # Far below the incumbent the put is worth its intrinsic value.
-    deep = expected_improvement_lognormal(torch.tensor([-30.0], dtype=torch.double),
+    # Well below the incumbent the put is worth its intrinsic value, incumbent - E[error].
+    deep = expected_improvement_lognormal(torch.tensor([-3.0], dtype=torch.double),
                                           torch.tensor([0.1], dtype=torch.double), 0.1)
-    assert torch.allclose(deep, torch.tensor([0.1], dtype=torch.double) - math.exp(-30.0 + 0.005))
+    torch.testing.assert_close(deep, torch.tensor([0.1 - math.exp(-3.0 + 0.005)], dtype=torch.double),
+                               rtol=1e-9, atol=0.0)
+    # A very wide path: exp(std^2 / 2) overflows, the second term does not; 0 < EI < incumbent * Phi(z).
+    wide = expected_improvement_lognormal(torch.zeros(1, dtype=torch.double),
+                                          torch.full((1,), 40.0, dtype=torch.double), 0.1)
+    first = 0.1 * torch.special.ndtr(torch.tensor([math.log(0.1) / 40.0], dtype=torch.double))
+    assert bool(torch.isfinite(wide).all()) and 0.0 < float(wide) < float(first)
+    # Infinite limits pay what they pay in the limit; a NaN mean is not hidden.
+    limits = expected_improvement_lognormal(torch.tensor([math.inf, 0.0, math.nan], dtype=torch.double),
+                                            torch.tensor([0.1, math.inf, 0.1], dtype=torch.double), 0.1)
+    assert limits[0] == 0.0 and abs(float(limits[1]) - 0.05) < 1e-12 and bool(limits[2].isnan())
 
 
 def test_index_refuses_a_non_finite_reward() -> None:
