@@ -507,7 +507,7 @@ class FreezeThawPolicy:
 
         Raises:
             ValueError: The curves or candidates are malformed (as in ``decide``), or the
-                model's paths give a NaN reward (``decide`` falls back instead).
+                model's paths give a non-finite reward (``decide`` falls back instead).
         """
         observed = self._check_curves(X, Y).sum(-1)
         self._check_candidates(X, candidates)
