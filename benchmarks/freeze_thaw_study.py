@@ -460,6 +460,7 @@ def report(lines: list[dict], problems: Mapping[str, TabularProblem], out: Path,
     """Write ``freeze_thaw.{md,csv,json,png}`` from the runs on the tables ``problems`` names
     (by table name); the markdown."""
     summary, tests, quality, spending, bands, budgets, costs = [], [], [], [], {}, {}, {}
+    reported: set[int] = set()  # the seeds of the runs reported, for the provenance
     for table, problem in problems.items():
         mine = [x for x in lines if x["table"] == table and x["rows"] == problem.X.shape[0]
                 and x["budget"] == budget_of(table, problem, budget_runs)]
@@ -475,6 +476,7 @@ def report(lines: list[dict], problems: Mapping[str, TabularProblem], out: Path,
         if REFERENCE in runs:  # compare on the policy's seeds: every mean is over the same runs
             paired = {x["seed"] for x in runs[REFERENCE]}
             runs = {m: [x for x in v if x["seed"] in paired] for m, v in runs.items()}
+        reported.update(x["seed"] for v in runs.values() for x in v)
         rows, table_tests = table_rows(table, problem, runs, budget)
         summary += rows
         tests += table_tests
@@ -545,7 +547,7 @@ def report(lines: list[dict], problems: Mapping[str, TabularProblem], out: Path,
     rows_note = {t: problems[t].X.shape[0] for t in budgets}
     notes.append(f"Settings per table: {rows_note}; budgets (epochs): {budgets}; {WORKERS} workers.")
     write_results(out, "freeze_thaw", "GPAR freeze-thaw against the screeners and learning-curve BO",
-                  summary, command, list(range(seeds)), notes="\n\n".join(notes),
+                  summary, command, sorted(reported), notes="\n\n".join(notes),
                   extra={"wilcoxon": tests, "chosen_quality": quality, "spending": spending,
                          "decision_costs": costs,
                          "budgets": budgets})

@@ -179,9 +179,11 @@ def test_first_seed_runs_only_the_later_seeds_and_reports_them_all(tmp_path):
     study.main(["--quick", "--methods", "random", "--first-seed", "1", "--out", str(tmp_path)])
     lines = [json.loads(x) for x in (tmp_path / "freeze_thaw_runs.jsonl").read_text().splitlines()]
     assert [x["seed"] for x in lines] == [1]
+    assert json.loads((tmp_path / "freeze_thaw.json").read_text())["seeds"] == [1]  # the seeds reported
     study.main(["--quick", "--methods", "random", "--out", str(tmp_path)])  # the rest, resumed
     lines = [json.loads(x) for x in (tmp_path / "freeze_thaw_runs.jsonl").read_text().splitlines()]
     assert sorted(x["seed"] for x in lines) == [0, 1]
+    assert json.loads((tmp_path / "freeze_thaw.json").read_text())["seeds"] == [0, 1]
     with pytest.raises(SystemExit):
         study.main(["--quick", "--methods", "random", "--first-seed", "2", "--out", str(tmp_path)])
 
