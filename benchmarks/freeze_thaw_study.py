@@ -41,7 +41,11 @@ measurement noise, a candidate), ``gpar_freeze_thaw_latent_paths`` (the default 
 index adds the final's observation noise once instead of one noise per sampled increment,
 ``latent_paths=True``, a candidate) and ``gpar_freeze_thaw_random_resumes`` (the default
 resuming a paused run drawn at random by one checkpoint in a twentieth of its decisions,
-``random_resume_fraction=0.05``, a candidate), the
+``random_resume_fraction=0.05``, a candidate), ``gpar_freeze_thaw_converged`` (fits run to
+convergence, a candidate), ``gpar_freeze_thaw_log_draws`` (hyperparameter draws in log units,
+``draw_scales="log"``, a candidate), ``gpar_freeze_thaw_pending_finals`` (runs scored against
+the incumbent the runs being trained to the end will leave, ``pending_finals=True``, a
+candidate), the
 harness's baselines (ASHA, one-epoch screening, random search, Optuna's TPE with its Hyperband pruner) and Syne Tune 0.13.0's BOHB, Hyper-Tune, MOBSTER and DyHPO
 through ``benchmarks.syne_tune.methods.run_syne_tune`` (its own virtualenv, see
 ``benchmarks/syne_tune/setup_venv.sh``). The budget is 50 full runs' worth of epochs
@@ -88,7 +92,7 @@ from benchmarks.bo.freeze_thaw import (
     GPARFreezeThaw, GPARFreezeThawFullRefits, GPARFreezeThawInitialStarts, GPARFreezeThawLatentPaths,
     GPARFreezeThawMeasured, GPARFreezeThawMeasuredInitialStarts, GPARFreezeThawMeasuredStaged, GPARFreezeThawNoHorizon,
     GPARFreezeThawOutputRefits, GPARFreezeThawPoint, GPARFreezeThawPrevious, GPARFreezeThawRandomResumes,
-    GPARFreezeThawConverged, GPARFreezeThawLogDraws,
+    GPARFreezeThawConverged, GPARFreezeThawLogDraws, GPARFreezeThawPendingFinals,
     GPARFreezeThawScreened,
 )
 from benchmarks.bo.harness import TabularProblem, simulate
@@ -109,7 +113,8 @@ HARNESS_METHODS: dict[str, Callable] = {
     GPARFreezeThawLatentPaths.name: GPARFreezeThawLatentPaths,
     GPARFreezeThawRandomResumes.name: GPARFreezeThawRandomResumes,
     GPARFreezeThawConverged.name: GPARFreezeThawConverged,
-    GPARFreezeThawLogDraws.name: GPARFreezeThawLogDraws, **BASELINES
+    GPARFreezeThawLogDraws.name: GPARFreezeThawLogDraws,
+    GPARFreezeThawPendingFinals.name: GPARFreezeThawPendingFinals, **BASELINES
 }
 #: Variants of the policy (candidates, and the earlier default): run only when named in
 #: ``--methods``.
@@ -118,7 +123,7 @@ CANDIDATES = (GPARFreezeThawMeasured.name, GPARFreezeThawMeasuredStaged.name,
               GPARFreezeThawNoHorizon.name, GPARFreezeThawScreened.name, GPARFreezeThawOutputRefits.name,
               GPARFreezeThawInitialStarts.name, GPARFreezeThawMeasuredInitialStarts.name,
               GPARFreezeThawLatentPaths.name, GPARFreezeThawRandomResumes.name,
-              GPARFreezeThawConverged.name, GPARFreezeThawLogDraws.name)
+              GPARFreezeThawConverged.name, GPARFreezeThawLogDraws.name, GPARFreezeThawPendingFinals.name)
 #: Syne Tune's schedulers by the names used here (its class names as values).
 SYNE_TUNE_METHODS = {
     "syne_bohb": "BOHB",

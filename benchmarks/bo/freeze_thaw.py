@@ -20,7 +20,8 @@ __all__ = [
     "GPARFreezeThaw", "GPARFreezeThawConverged", "GPARFreezeThawFullRefits", "GPARFreezeThawInitialStarts",
     "GPARFreezeThawLatentPaths", "GPARFreezeThawLogDraws", "GPARFreezeThawMeasured",
     "GPARFreezeThawMeasuredInitialStarts", "GPARFreezeThawMeasuredStaged", "GPARFreezeThawNoHorizon",
-    "GPARFreezeThawOutputRefits", "GPARFreezeThawPoint", "GPARFreezeThawPrevious", "GPARFreezeThawRandomResumes",
+    "GPARFreezeThawOutputRefits", "GPARFreezeThawPendingFinals", "GPARFreezeThawPoint", "GPARFreezeThawPrevious",
+    "GPARFreezeThawRandomResumes",
     "GPARFreezeThawScreened",
 ]
 
@@ -240,6 +241,18 @@ class GPARFreezeThawLogDraws(GPARFreezeThaw):
 
     def __init__(self, **policy_options) -> None:
         super().__init__(**{"gpar_options": curve_model_options(draw_scales="log"), **policy_options})
+
+
+class GPARFreezeThawPendingFinals(GPARFreezeThaw):
+    """A candidate: the default scoring runs against the incumbent the runs other workers
+    are training to their final checkpoint will leave, ``FreezeThawPolicy(pending_finals=True)``
+    (``FreezeThawIndex``'s ``pending``): against today's incumbent a second-tier run looks
+    worth finishing while a leader is about to finish below it. Not the default."""
+
+    name = "gpar_freeze_thaw_pending_finals"
+
+    def __init__(self, **policy_options) -> None:
+        super().__init__(**{"pending_finals": True, **policy_options})
 
 
 class GPARFreezeThawMeasuredInitialStarts(GPARFreezeThawInitialStarts):

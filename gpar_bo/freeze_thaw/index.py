@@ -62,8 +62,9 @@ from gpar_bo.posterior import quasi_random_normals
 __all__ = ["FinalPaths", "FreezeThawIndex", "expected_improvement_lognormal", "stopping_index"]
 
 
-def expected_improvement_lognormal(mean: Tensor, std: Tensor, incumbent: float) -> Tensor:
-    r"""``E[(incumbent - exp(Z))^+]`` for ``Z ~ N(mean, std^2)`` (elementwise).
+def expected_improvement_lognormal(mean: Tensor, std: Tensor, incumbent: float | Tensor) -> Tensor:
+    r"""``E[(incumbent - exp(Z))^+]`` for ``Z ~ N(mean, std^2)`` (elementwise; a tensor
+    ``incumbent`` broadcasts against ``mean``).
 
     The expected reduction of an error ``incumbent`` by an error whose log is
     Gaussian (the put option of Black and Scholes):
@@ -75,10 +76,16 @@ def expected_improvement_lognormal(mean: Tensor, std: Tensor, incumbent: float) 
     ``inf - inf`` only where the term is 0 in the limit (an infinite mean or
     ``std``); a NaN ``mean`` stays NaN.
     """
-    if not incumbent > 0:
-        raise ValueError(f"The incumbent must be a positive error; got {incumbent}.")
+    if isinstance(incumbent, Tensor):
+        if not bool((incumbent > 0).all()):
+            raise ValueError(f"The incumbent must be a positive error; got {incumbent.min().item()}.")
+        log_incumbent = incumbent.log()
+    else:
+        if not incumbent > 0:
+            raise ValueError(f"The incumbent must be a positive error; got {incumbent}.")
+        log_incumbent = math.log(incumbent)
     std = std.clamp_min(1e-12)
-    z = (math.log(incumbent) - mean) / std
+    z = (log_incumbent - mean) / std
     exponent = mean + std**2 / 2 + torch.special.log_ndtr(z - std)
     above = torch.where(exponent.isnan() & ~mean.isnan(), 0.0, exponent.exp())
     return (incumbent * torch.special.ndtr(z) - above).clamp_min(0.0)
@@ -198,6 +205,11 @@ class FreezeThawIndex(AcquisitionFunction):
             two ends' and these telescope, so the final's noise does not grow with the
             steps left (``benchmarks/results/calibration_diagnosis.md``, session 30).
             With D-GPAR's denoised inputs both give the same latent chain.
+        pending: ``p x d`` settings of runs being trained to their final checkpoint
+            now (their prefixes to the second-last checkpoint in the model's data),
+            or None (a candidate; see ``pending_incumbents``). Each will set the
+            incumbent before a run scored now can, so the reward of path ``i`` is
+            measured against ``min(incumbent, their final errors on path i)``.
     """
 
     def __init__(
@@ -209,6 +221,7 @@ class FreezeThawIndex(AcquisitionFunction):
         num_bins: int = 8,
         seed: int = 0,
         latent_paths: bool = False,
+        pending: Tensor | None = None,
     ) -> None:
         super().__init__(model=model)
         self.register_buffer("epochs", epochs)
@@ -217,6 +230,36 @@ class FreezeThawIndex(AcquisitionFunction):
         self.num_bins = num_bins
         self.seed = seed
         self.latent_paths = latent_paths
+        self.pending = pending
+        self._incumbents: Tensor | None = None
+
+    def pending_incumbents(self) -> float | Tensor:
+        r"""The incumbent of the sample paths: ``incumbent`` without ``pending`` runs,
+        else ``S x 1``, the smaller of it and their final errors drawn along each path.
+
+        Why: with several workers, the runs others are training to the end will finish
+        before a run scored now can, and the run's reward is the reduction of the
+        incumbent *they* leave, not of today's. This integrates their outcomes out, as
+        asynchronous BO does with pending evaluations (Snoek et al. 2012; BoTorch's
+        ``X_pending``). A pending final is drawn from GPAR's predictive of the observed
+        final error given the run's prefix (with its observation noise: the incumbent is
+        an observed error), under the hyperparameter draw of the path's block, with
+        normals of its own (seeded by ``seed``), not the paths' shared ones, so that
+        its luck is independent of the scored runs'.
+        """
+        if self.pending is None or len(self.pending) == 0:
+            return self.incumbent
+        if self._incumbents is None:
+            M = len(self.epochs)
+            observed = torch.full((len(self.pending),), M - 1, dtype=torch.long, device=self.pending.device)
+            with torch.no_grad():
+                paths = self.final_paths(self.pending, observed)
+            generator = torch.Generator().manual_seed(self.seed)
+            normals = torch.randn(paths.mean.shape, generator=generator, dtype=paths.mean.dtype)
+            finals = (paths.mean + paths.variance.sqrt() * normals.to(paths.mean)).exp()
+            tiny = torch.finfo(finals.dtype).tiny  # a positive error, however far a draw ran
+            self._incumbents = finals.amin(-1, keepdim=True).clamp(tiny, self.incumbent)
+        return self._incumbents
 
     def final_paths(self, X: Tensor, observed: Tensor) -> FinalPaths:
         r"""Sample paths of runs' log errors and their final error's Gaussian along each.
@@ -266,7 +309,7 @@ class FreezeThawIndex(AcquisitionFunction):
         paths = self.final_paths(X, observed)
         # The final checkpoint given the path: Gaussian, without its own noise.
         final_std = (paths.variance - paths.noise).clamp_min(0.0).sqrt()
-        reward = expected_improvement_lognormal(paths.mean, final_std, self.incumbent)
+        reward = expected_improvement_lognormal(paths.mean, final_std, self.pending_incumbents())
         return stopping_index(
             reward, paths.log_errors, observed, self.epochs.to(X), num_bins=self.num_bins
         )

@@ -153,6 +153,10 @@ class FreezeThawPolicy:
         latent_paths: ``FreezeThawIndex``'s ``latent_paths`` (a candidate; default
             False): paths of latent increments, the final's observation noise added
             once, so that noise does not add up along a path.
+        pending_finals: Score runs against the incumbent that the runs being trained
+            to their final checkpoint will leave (``FreezeThawIndex``'s ``pending``; a
+            candidate, default False): runs not ``paused`` that have observed the
+            second-last checkpoint count as training to the end.
         gpar_options: ``GPARModel`` options (default
             :func:`~gpar_bo.curve_model.curve_model_options`). The index is computed
             on log-error increments, so the model always has a ``LogIncrements``
@@ -180,6 +184,7 @@ class FreezeThawPolicy:
         refit_trigger: Literal["total", "output"] = "total",
         paused_scoring: Literal["lazy", "screen"] = "lazy",
         latent_paths: bool = False,
+        pending_finals: bool = False,
         gpar_options: Mapping[str, Any] | None = None,
         fit_kwargs: Mapping[str, Any] | None = None,
         seed: int = 0,
@@ -229,6 +234,7 @@ class FreezeThawPolicy:
         self.refit_trigger = refit_trigger
         self.paused_scoring = paused_scoring
         self.latent_paths = latent_paths
+        self.pending_finals = pending_finals
         options = resolve_gpar_options(gpar_options)
         if options.get("outcome_transform") is None:
             options["outcome_transform"] = LogIncrements()
@@ -309,8 +315,10 @@ class FreezeThawPolicy:
             rows = resumable.nonzero().squeeze(-1)
             row = int(rows[torch.randint(len(rows), (1,), generator=self.generator)])
             return Decision("resume", row, "random resume")
+        # Not paused and one checkpoint from the end: being trained to it now.
+        pending = (~paused & (observed == M - 1)) if self.pending_finals else None
         try:
-            return self._gpar_decision(X, Y, resumable, observed, candidates, bounds, may_start)
+            return self._gpar_decision(X, Y, resumable, observed, candidates, bounds, may_start, pending)
         except Exception as error:  # a failed fit or sampling must not stall the search
             logger.warning("GPAR decision failed (%s); deciding by successive halving.", error)
             return self._successive_halving(
@@ -321,19 +329,23 @@ class FreezeThawPolicy:
     def _gpar_decision(
         self, X: Tensor, Y: Tensor, paused: Tensor, observed: Tensor,
         candidates: Tensor | None, bounds: Tensor | None, may_start: bool = True,
+        pending: Tensor | None = None,
     ) -> Decision:
-        """GPAR's choice among resuming ``paused`` runs and (if ``may_start``) new settings."""
+        """GPAR's choice among resuming ``paused`` runs and (if ``may_start``) new settings;
+        ``pending``: ``n`` bool, the runs being trained to their final checkpoint (or None)."""
         reported = observed > 0
         model, note = self._model(X[reported], Y[reported])
         M = len(self.epochs)
         incumbent = float(floor_zeros(Y)[observed == M, -1].min())
+        pending_X = None if pending is None else X[pending]
         acqf = FreezeThawIndex(
             model, self.epochs.to(X), incumbent, self.num_samples, seed=self.seed + self.decisions,
-            latent_paths=self.latent_paths,
+            latent_paths=self.latent_paths, pending=pending_X,
         )
         screen = FreezeThawIndex(
             model, acqf.epochs, incumbent, self.num_samples // SCREEN_RATIO,
             num_bins=8 // SCREEN_RATIO, seed=acqf.seed, latent_paths=self.latent_paths,
+            pending=pending_X,
         )
 
         def finalists(Xs: Tensor, obs: Tensor) -> Tensor:

@@ -112,3 +112,42 @@ def test_latent_paths_add_the_final_noise_once(curve_model: GPARModel) -> None:
     # For new settings the noisy paths add one noise per increment; the latent ones none.
     assert bool((latent.log_errors[:, :3, 1:].var(0) < noisy.log_errors[:, :3, 1:].var(0)).all())
     assert bool((latent.mean[:, :3].var(0) < noisy.mean[:, :3].var(0)).all())
+
+
+def test_lognormal_expected_improvement_takes_an_incumbent_per_path() -> None:
+    mean, std = torch.tensor([[-2.0, -2.5], [-2.2, -1.0]]), torch.tensor([[0.3, 0.1], [0.2, 0.5]])
+    incumbents = torch.tensor([[0.1], [0.05]])
+    per_path = expected_improvement_lognormal(mean, std, incumbents)
+    for i in range(2):
+        torch.testing.assert_close(per_path[i], expected_improvement_lognormal(mean[i], std[i], float(incumbents[i])))
+    with pytest.raises(ValueError, match="positive error"):
+        expected_improvement_lognormal(mean, std, torch.tensor([[0.1], [0.0]]))
+
+
+def test_pending_runs_lower_the_incumbent_path_by_path(curve_model: GPARModel) -> None:
+    dtype, M = curve_model.train_X.dtype, len(CURVE_EPOCHS)
+    epochs = torch.tensor(CURVE_EPOCHS, dtype=dtype)
+    observed = (~curve_model.train_Y.isnan()).sum(-1)
+    one_left = torch.nonzero(observed == M - 1).squeeze(-1)
+    leader = one_left[:1]  # trained to its final checkpoint by another worker
+    incumbent = 10.0  # above every error of the curves: the leader's final lowers it on every path
+    plain = FreezeThawIndex(curve_model, epochs, incumbent, 64, seed=3)
+    assert plain.pending_incumbents() == incumbent  # no pending run: the float, as before
+    fantasy = FreezeThawIndex(curve_model, epochs, incumbent, 64, seed=3, pending=curve_model.train_X[leader])
+    incumbents = fantasy.pending_incumbents()
+    assert incumbents.shape == (64, 1) and bool((incumbents < incumbent).all())
+    # They are draws of the leader's observed final error: its predictive's moments.
+    with torch.no_grad():
+        paths = plain.final_paths(curve_model.train_X[leader], observed[leader])
+    log_finals = incumbents.log().squeeze(-1)
+    assert abs(float(log_finals.mean() - paths.mean.mean())) < 4 * float(paths.variance.mean().sqrt()) / 8
+    # Runs are worth less against the incumbent the leader will leave; never more.
+    X = torch.cat([torch.rand(4, 2, dtype=dtype), curve_model.train_X[one_left[1:3]]])
+    prefixes = torch.cat([torch.zeros(4, dtype=torch.long), observed[one_left[1:3]]])
+    before, after = plain.index(X, prefixes), fantasy.index(X, prefixes)
+    assert bool((after <= before).all()) and bool((after < before).any())
+    # Reproducible from the seed; another seed draws other finals.
+    again = FreezeThawIndex(curve_model, epochs, incumbent, 64, seed=3, pending=curve_model.train_X[leader])
+    assert torch.equal(again.pending_incumbents(), incumbents)
+    other = FreezeThawIndex(curve_model, epochs, incumbent, 64, seed=4, pending=curve_model.train_X[leader])
+    assert not torch.equal(other.pending_incumbents(), incumbents)

@@ -56,6 +56,33 @@ def test_policy_continues_the_run_whose_prefix_is_clearly_best() -> None:
     assert decision.score > 0
 
 
+def test_pending_finals_score_against_the_runs_being_trained_to_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    X, Y = state()
+    Y[9, :2] = curves(X[9].squeeze(-1).unsqueeze(0))[0, :2]  # at the second-last checkpoint
+    paused = ~Y[:, -1].isfinite()
+    paused[9] = False  # being trained to its final checkpoint by another worker
+    candidates = torch.linspace(0.5, 1.0, 6, dtype=torch.double).unsqueeze(-1)
+    seen = []
+    original = policy_module.FreezeThawIndex.__init__
+
+    def record(self, *args, pending=None, **kwargs):
+        seen.append(pending)
+        original(self, *args, pending=pending, **kwargs)
+
+    monkeypatch.setattr(policy_module.FreezeThawIndex, "__init__", record)
+    default = FreezeThawPolicy(EPOCHS, **FAST).decide(X, Y, paused, candidates)
+    assert seen == [None, None]
+    seen.clear()
+    FreezeThawPolicy(EPOCHS, pending_finals=True, **FAST).decide(X, Y, paused, candidates)
+    assert len(seen) == 2 and all(torch.equal(p, X[[9]]) for p in seen)  # the decision's index and its screen
+    # With no run being trained to the end, the same decision as without the option.
+    paused[9] = True
+    again = [FreezeThawPolicy(EPOCHS, pending_finals=flag, **FAST).decide(X, Y, paused, candidates)
+             for flag in (False, True)]
+    assert [(d.action, d.index, d.reason, d.score) for d in again] == [(d.action, d.index, d.reason, d.score) for d in again[::-1]]
+    assert default.reason == "gpar"
+
+
 def test_policy_starts_a_new_setting_when_every_paused_run_is_hopeless() -> None:
     X, Y = state()
     Y[8, 0] = curves(torch.tensor([0.95], dtype=torch.double))[0, 0]  # the good paused run is now bad too
@@ -592,7 +619,10 @@ def test_only_the_default_and_candidates_on_it_are_told_the_budget() -> None:
     told = [v for v in variants if v.budget_aware]
     assert told == [GPARFreezeThaw, adapters.GPARFreezeThawConverged, adapters.GPARFreezeThawInitialStarts, adapters.GPARFreezeThawLatentPaths,
                     adapters.GPARFreezeThawLogDraws, adapters.GPARFreezeThawMeasuredInitialStarts, adapters.GPARFreezeThawOutputRefits,
-                    adapters.GPARFreezeThawRandomResumes, adapters.GPARFreezeThawScreened]
+                    adapters.GPARFreezeThawPendingFinals, adapters.GPARFreezeThawRandomResumes, adapters.GPARFreezeThawScreened]
+    method = adapters.GPARFreezeThawPendingFinals()
+    method.reset(synthetic_problem(n=10, seed=0), seed=0)
+    assert method.policy.pending_finals and not FreezeThawPolicy(EPOCHS).pending_finals
     method = adapters.GPARFreezeThawRandomResumes()
     method.reset(synthetic_problem(n=10, seed=0), seed=0)
     assert method.policy.random_resume_fraction == 0.05 and FreezeThawPolicy(EPOCHS).random_resume_fraction == 0
