@@ -241,7 +241,9 @@ class FreezeThawIndex(AcquisitionFunction):
         before a run scored now can, and the run's reward is the reduction of the
         incumbent *they* leave, not of today's. This integrates their outcomes out, as
         asynchronous BO does with pending evaluations (Snoek et al. 2012; BoTorch's
-        ``X_pending``). A pending final is drawn from GPAR's predictive of the observed
+        ``X_pending``), approximately: those draw the pending outcomes jointly with the
+        scored points, while here they are drawn independently of the scored runs given
+        the hyperparameters, and only the incumbent changes. A pending final is drawn from GPAR's predictive of the observed
         final error given the run's prefix (with its observation noise: the incumbent is
         an observed error), under the hyperparameter draw of the path's block, with
         normals of its own (seeded by ``seed``), not the paths' shared ones, so that

@@ -156,7 +156,9 @@ class FreezeThawPolicy:
         pending_finals: Score runs against the incumbent that the runs being trained
             to their final checkpoint will leave (``FreezeThawIndex``'s ``pending``; a
             candidate, default False): runs not ``paused`` that have observed the
-            second-last checkpoint count as training to the end.
+            second-last checkpoint count as training to the end, so a run that ended
+            there for good (stopped early, failed) would be read as one that is about
+            to finish; ``gpar-bo tune`` does not turn it on.
         gpar_options: ``GPARModel`` options (default
             :func:`~gpar_bo.curve_model.curve_model_options`). The index is computed
             on log-error increments, so the model always has a ``LogIncrements``

@@ -58,10 +58,10 @@ def test_policy_continues_the_run_whose_prefix_is_clearly_best() -> None:
 
 def test_pending_finals_score_against_the_runs_being_trained_to_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
     X, Y = state()
-    Y[9, :2] = curves(X[9].squeeze(-1).unsqueeze(0))[0, :2]  # at the second-last checkpoint
+    Y[8, :2] = curves(X[8].squeeze(-1).unsqueeze(0))[0, :2]  # the best run, at the second-last checkpoint
     paused = ~Y[:, -1].isfinite()
-    paused[9] = False  # being trained to its final checkpoint by another worker
-    candidates = torch.linspace(0.5, 1.0, 6, dtype=torch.double).unsqueeze(-1)
+    paused[8] = False  # being trained to its final checkpoint by another worker
+    candidates = torch.tensor([[0.0], [0.05], [0.1]], dtype=torch.double)  # settings that can beat the incumbent
     seen = []
     original = policy_module.FreezeThawIndex.__init__
 
@@ -73,14 +73,15 @@ def test_pending_finals_score_against_the_runs_being_trained_to_the_end(monkeypa
     default = FreezeThawPolicy(EPOCHS, **FAST).decide(X, Y, paused, candidates)
     assert seen == [None, None]
     seen.clear()
-    FreezeThawPolicy(EPOCHS, pending_finals=True, **FAST).decide(X, Y, paused, candidates)
-    assert len(seen) == 2 and all(torch.equal(p, X[[9]]) for p in seen)  # the decision's index and its screen
+    pending = FreezeThawPolicy(EPOCHS, pending_finals=True, **FAST).decide(X, Y, paused, candidates)
+    assert len(seen) == 2 and all(torch.equal(p, X[[8]]) for p in seen)  # the decision's index and its screen
+    # The leader will finish below today's incumbent: every other run is worth less.
+    assert default.reason == pending.reason == "gpar" and 0 < pending.score < default.score
     # With no run being trained to the end, the same decision as without the option.
-    paused[9] = True
+    paused[8] = True
     again = [FreezeThawPolicy(EPOCHS, pending_finals=flag, **FAST).decide(X, Y, paused, candidates)
              for flag in (False, True)]
     assert [(d.action, d.index, d.reason, d.score) for d in again] == [(d.action, d.index, d.reason, d.score) for d in again[::-1]]
-    assert default.reason == "gpar"
 
 
 def test_policy_starts_a_new_setting_when_every_paused_run_is_hopeless() -> None:
