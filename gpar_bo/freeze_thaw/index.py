@@ -76,14 +76,10 @@ def expected_improvement_lognormal(mean: Tensor, std: Tensor, incumbent: float |
     ``inf - inf`` only where the term is 0 in the limit (an infinite mean or
     ``std``); a NaN ``mean`` stays NaN.
     """
-    if isinstance(incumbent, Tensor):
-        if not bool((incumbent > 0).all()):
-            raise ValueError(f"The incumbent must be a positive error; got {incumbent.min().item()}.")
-        log_incumbent = incumbent.log()
-    else:
-        if not incumbent > 0:
-            raise ValueError(f"The incumbent must be a positive error; got {incumbent}.")
-        log_incumbent = math.log(incumbent)
+    if not bool(torch.as_tensor(incumbent > 0).all()):
+        raise ValueError(f"The incumbent must be a positive error; got {float(torch.as_tensor(incumbent).min())}.")
+    # A float keeps math.log's rounding, as before per-path incumbents.
+    log_incumbent = incumbent.log() if isinstance(incumbent, Tensor) else math.log(incumbent)
     std = std.clamp_min(1e-12)
     z = (log_incumbent - mean) / std
     exponent = mean + std**2 / 2 + torch.special.log_ndtr(z - std)
@@ -224,6 +220,8 @@ class FreezeThawIndex(AcquisitionFunction):
         pending: Tensor | None = None,
     ) -> None:
         super().__init__(model=model)
+        if pending is not None and (pending.dim() != 2 or pending.shape[-1] != model.train_X.shape[-1]):
+            raise ValueError(f"pending must be p x {model.train_X.shape[-1]} settings; got {tuple(pending.shape)}.")
         self.register_buffer("epochs", epochs)
         self.incumbent = float(incumbent)
         self.num_samples = num_samples
@@ -243,11 +241,12 @@ class FreezeThawIndex(AcquisitionFunction):
         asynchronous BO does with pending evaluations (Snoek et al. 2012; BoTorch's
         ``X_pending``), approximately: those draw the pending outcomes jointly with the
         scored points, while here they are drawn independently of the scored runs given
-        the hyperparameters, and only the incumbent changes. A pending final is drawn from GPAR's predictive of the observed
-        final error given the run's prefix (with its observation noise: the incumbent is
-        an observed error), under the hyperparameter draw of the path's block, with
-        normals of its own (seeded by ``seed``), not the paths' shared ones, so that
-        its luck is independent of the scored runs'.
+        the hyperparameters, and only the incumbent changes. A pending final is drawn
+        from GPAR's predictive of the observed final error given the run's prefix (with
+        its observation noise: the incumbent is an observed error), under the
+        hyperparameter draw of the path's block, with normals of its own (seeded by
+        ``seed``), not the paths' shared ones, so that its luck is independent of the
+        scored runs'.
         """
         if self.pending is None or len(self.pending) == 0:
             return self.incumbent

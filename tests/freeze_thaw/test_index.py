@@ -154,3 +154,5 @@ def test_pending_runs_lower_the_incumbent_path_by_path(curve_model: GPARModel) -
     assert torch.equal(again.pending_incumbents(), incumbents)
     other = FreezeThawIndex(curve_model, epochs, incumbent, 64, seed=4, pending=curve_model.train_X[leader])
     assert not torch.equal(other.pending_incumbents(), incumbents)
+    with pytest.raises(ValueError, match="pending must be p x"):
+        FreezeThawIndex(curve_model, epochs, incumbent, 64, pending=curve_model.train_X[0])
