@@ -32,7 +32,7 @@ from benchmarks.report import markdown_table
 
 
 def compare(before: Sequence[dict], after: Sequence[dict], tables: Sequence[str],
-            method: str = REFERENCE, budget_runs: int = BUDGET_RUNS,
+            method: str = REFERENCE, budget_runs: float = BUDGET_RUNS,
             after_method: str | None = None) -> list[dict]:
     """One row per table and report point comparing ``method``'s runs in ``before`` with
     ``after_method``'s (default: ``method``'s) in ``after`` (runs-file lines) at the
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--method", default=REFERENCE, choices=METHODS, help=f"default: {REFERENCE}")
     parser.add_argument("--after-method", default=None, choices=METHODS,
                         help="the method whose runs in AFTER are compared (default: --method)")
-    parser.add_argument("--budget-runs", type=int, default=BUDGET_RUNS,
+    parser.add_argument("--budget-runs", type=float, default=BUDGET_RUNS,
                         help=f"the runs' budget in full runs' worth of epochs, as in the study (default {BUDGET_RUNS})")
     args = parser.parse_args(argv)
     if args.budget_runs < 1:

@@ -196,12 +196,14 @@ def canonical_table(table: str) -> str:
 BUDGET_RUNS = 50
 
 
-def budget_of(table: str, problem: TabularProblem, runs: int = BUDGET_RUNS) -> int:
-    """``runs`` full runs' worth of epochs (default 50; MNIST: 20 epochs per run, so the
-    1,000 of ``benchmarks.bo_mnist`` by default; quick: always 10 runs)."""
+def budget_of(table: str, problem: TabularProblem, runs: float = BUDGET_RUNS) -> int:
+    """``runs`` full runs' worth of epochs, rounded as the report points are (default 50;
+    MNIST: 20 epochs per run, so the 1,000 of ``benchmarks.bo_mnist`` by default; quick:
+    always 10 runs). A fraction of the default (``12.5``) gives the epoch of its report
+    point (``25%``), for runs told that smaller budget."""
     if table == "mnist":
-        return 20 * runs
-    return (10 if table == "quick" else runs) * problem.epochs
+        return round(20 * runs)
+    return round((10 if table == "quick" else runs) * problem.epochs)
 
 
 def report_points(table: str, budget: int) -> dict[str, int]:
@@ -461,7 +463,7 @@ def plot(path: Path, bands: dict[str, dict], budgets: dict[str, int]) -> None:
 
 
 def report(lines: list[dict], problems: Mapping[str, TabularProblem], out: Path, command: str, seeds: int,
-           budget_runs: int = BUDGET_RUNS) -> str:
+           budget_runs: float = BUDGET_RUNS) -> str:
     """Write ``freeze_thaw.{md,csv,json,png}`` from the runs on the tables ``problems`` names
     (by table name); the markdown."""
     summary, tests, quality, spending, bands, budgets, costs = [], [], [], [], {}, {}, {}
@@ -572,9 +574,9 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--methods", nargs="+", default=None, choices=METHODS,
                         help="default: every method whose dependencies are installed, "
                              "but the policy's variants (candidates and the earlier default)")
-    parser.add_argument("--budget-runs", type=int, default=BUDGET_RUNS,
-                        help=f"budget in full runs' worth of epochs (default {BUDGET_RUNS}); runs of "
-                             "other budgets in the runs file are kept but not reported")
+    parser.add_argument("--budget-runs", type=float, default=BUDGET_RUNS,
+                        help=f"budget in full runs' worth of epochs (default {BUDGET_RUNS}; a fraction such as "
+                             "12.5 is allowed); runs of other budgets in the runs file are kept but not reported")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--quick", action="store_true", help="one tiny synthetic table, 2 seeds, model-free methods and the policy")
     parser.add_argument("--report-only", action="store_true", help="write the report from the runs file")

@@ -1,0 +1,201 @@
+"""The shipped policy told a smaller budget, against the field read off at that budget.
+
+``benchmarks.freeze_thaw_study`` reads every method's regret at 25 % and 50 % of a 50-run
+budget off runs made with the whole budget. For the field that is the same as running it
+with the smaller budget: none of its methods is told the budget (the harness's baselines
+and Syne Tune's schedulers decide by each run's epochs, never by the epochs left), so the
+first quarter of its run is a quarter-budget run. The policy is told the epochs left
+(``FreezeThawPolicy.decide(..., epochs_left=...)``) and ends its search by them, so its
+25 % reading is of a run planned for four times the epochs. A user with the smaller budget
+tells the policy that budget. This pairs, by seed, the policy's runs told the smaller
+budget (made by the study with ``--budget-runs 12.5`` and ``25``) with the field's
+readings at the same epoch, and with the policy's own reading there::
+
+    python -m benchmarks.freeze_thaw_study --tables 101 mnist --seeds 20 --methods gpar_freeze_thaw \\
+        --budget-runs 12.5 --out benchmarks/results/told_budget/quarter
+    python -m benchmarks.freeze_thaw_study ... --budget-runs 25 --out benchmarks/results/told_budget/half
+    python -m benchmarks.freeze_thaw_told_budget --tables 101 mnist --seeds 20 \\
+        --told benchmarks/results/told_budget/{quarter,half}/freeze_thaw_runs.jsonl
+
+It writes ``told_budget.{md,csv,json,png}`` into ``--out``: per table and budget,
+each method's mean regret on the seeds it shares with the told runs, the told policy's on
+the same seeds, and paired one-sided Wilcoxon p-values both ways.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.bo.analysis import mean_se, regret_at, wilcoxon_less
+from benchmarks.bo.baselines import BASELINES
+from benchmarks.freeze_thaw_study import (
+    BUDGET_RUNS, FRACTIONS, REFERENCE, SYNE_TUNE_METHODS, budget_of, canonical_table, load_runs, make_problem,
+    report_points,
+)
+from benchmarks.report import RESULTS, command_line, markdown_table, write_results
+
+#: The methods the policy is measured against: none of them is told the budget.
+FIELD = (*BASELINES, *SYNE_TUNE_METHODS)
+TOLD = f"{REFERENCE} (told)"
+
+
+def _traces(lines: Sequence[dict], method: str, table: str, rows: int, budget: int, seeds: int,
+            name: str) -> dict[int, dict]:
+    """``method``'s traces by seed (< ``seeds``) on ``table`` at ``budget``; a one-line
+    ``ValueError`` if ``name``'s lines hold two runs of one seed."""
+    found: dict[int, dict] = {}
+    for x in lines:
+        if (x["method"], x["table"], x["rows"], x["budget"]) == (method, table, rows, budget) and x["seed"] < seeds:
+            if x["seed"] in found:
+                raise ValueError(f"the {name} runs hold two runs of {method} on table {table!r}, seed {x['seed']}.")
+            found[x["seed"]] = x["trace"]
+    return found
+
+
+def told_budget_rows(runs: Sequence[dict], told: Sequence[dict], tables: Sequence[str],
+                     seeds: int = 20) -> list[dict]:
+    """One row per table, smaller budget (25 % and 50 % of the study's) and method.
+
+    Args:
+        runs: The study's lines at its full budget (the field, and the policy read off at
+            the smaller budget).
+        told: Lines of the policy told the smaller budgets (``--budget-runs 12.5``, ``25``).
+        tables: Table names as the study spells them.
+        seeds: Use seeds ``0..seeds-1``.
+
+    Returns:
+        Rows with the method's mean regret at the smaller budget on the seeds it shares with
+        the told runs (``regret``, ``se``), the told policy's on those seeds
+        (``told_regret``) and the p-values of "told lower" and "method lower". The told
+        policy's own row compares it with itself (p = 1).
+
+    Raises:
+        ValueError: (one line) a table has no told run at a smaller budget, or a file
+            holds two runs of one method and seed.
+    """
+    rows: list[dict] = []
+    for table in map(canonical_table, tables):
+        problem = make_problem(table)
+        n, full = problem.X.shape[0], budget_of(table, problem)
+        best = problem.best_final_error
+        before = float(problem.final_error.median()) - best
+        points = report_points(table, full)
+        for fraction in FRACTIONS[:-1]:
+            label = f"{fraction:.0%}"
+            budget = budget_of(table, problem, fraction * BUDGET_RUNS)
+            assert budget == points[label], (budget, points[label])  # the same epoch as the study's reading
+            mine = _traces(told, REFERENCE, table, n, budget, seeds, "told")
+            if not mine:
+                raise ValueError(f"no run of {REFERENCE} told a budget of {budget} epochs ({label}) on table "
+                                 f"{table!r} is in the told runs file.")
+            told_regret = {s: regret_at(t, best, before, [budget], budget)[0] for s, t in mine.items()}
+            others = {TOLD: told_regret, REFERENCE: _traces(runs, REFERENCE, table, n, full, seeds, "study")}
+            others |= {m: _traces(runs, m, table, n, full, seeds, "study") for m in FIELD}
+            for method, found in others.items():
+                shared = sorted(found.keys() & mine.keys())
+                if not shared:
+                    continue
+                theirs = np.array([found[s] if method == TOLD else regret_at(found[s], best, before, [budget], full)[0]
+                                   for s in shared])
+                ours = np.array([told_regret[s] for s in shared])
+                mean, se = mean_se(theirs[:, None])
+                rows.append({"table": table, "at": label, "epochs": budget, "method": method, "seeds": len(shared),
+                             "regret": float(mean[0]), "se": float(se[0]), "told_regret": float(ours.mean()),
+                             "p_told_less": wilcoxon_less(ours, theirs) if len(shared) > 1 else math.nan,
+                             "p_other_less": wilcoxon_less(theirs, ours) if len(shared) > 1 else math.nan})
+    return rows
+
+
+def verdicts(rows: Sequence[dict]) -> list[dict]:
+    """Per table and budget: the told policy's regret, the field's lowest mean regret (on
+    methods with every told seed) and for how many of the field the told policy is lower
+    at p < 0.05."""
+    out = []
+    for key in dict.fromkeys((r["table"], r["at"]) for r in rows):
+        group = [r for r in rows if (r["table"], r["at"]) == key]
+        told = next(r for r in group if r["method"] == TOLD)
+        field = [r for r in group if r["method"] in FIELD]
+        complete = [r for r in field if r["seeds"] == told["seeds"]]
+        leader = min(complete, key=lambda r: r["regret"]) if complete else None
+        out.append({"table": key[0], "at": key[1], "seeds": told["seeds"], "told_regret": told["regret"],
+                    "read_off_regret": next((r["regret"] for r in group if r["method"] == REFERENCE), math.nan),
+                    "field_lowest": leader["method"] if leader else "",
+                    "field_lowest_regret": leader["regret"] if leader else math.nan,
+                    "told_lowest": bool(leader is None or told["regret"] < leader["regret"]),
+                    "field_beaten_p05": f"{sum(r['p_told_less'] < 0.05 for r in field)}/{len(field)}"})
+    return out
+
+
+def plot(rows: Sequence[dict], path: Path) -> None:
+    """Mean regret (± one standard error) per method at each smaller budget, a panel per table."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tables = list(dict.fromkeys(r["table"] for r in rows))
+    methods = [m for m in (TOLD, REFERENCE, *FIELD) if any(r["method"] == m for r in rows)]
+    fig, axes = plt.subplots(1, len(tables), figsize=(3.2 * len(tables), 3.4), squeeze=False)
+    for ax, table in zip(axes[0], tables):
+        labels = list(dict.fromkeys(r["at"] for r in rows if r["table"] == table))
+        for j, method in enumerate(methods):
+            mine = {r["at"]: r for r in rows if r["table"] == table and r["method"] == method}
+            x = [i + (j - len(methods) / 2) * 0.07 for i, at in enumerate(labels) if at in mine]
+            y = [mine[at]["regret"] for at in labels if at in mine]
+            e = [mine[at]["se"] for at in labels if at in mine]
+            ax.errorbar(x, y, yerr=e, fmt="o" if method == TOLD else ".", ms=6 if method == TOLD else 4,
+                        color="k" if method == TOLD else None, label=method)
+        ax.set_xticks(range(len(labels)), labels)
+        ax.set_title(table)
+    axes[0][0].set_ylabel("regret at the budget")
+    axes[0][-1].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tables", nargs="+", required=True, help="tables as benchmarks.freeze_thaw_study names them")
+    parser.add_argument("--told", type=Path, nargs="+", required=True,
+                        help="runs files of the policy told the smaller budgets")
+    parser.add_argument("--runs", type=Path, default=RESULTS / "freeze_thaw_runs.jsonl",
+                        help="the study's runs file at its full budget (default: the reported one)")
+    parser.add_argument("--seeds", type=int, default=20, help="use seeds 0..N-1 (default 20)")
+    parser.add_argument("--out", type=Path, default=RESULTS / "told_budget")
+    args = parser.parse_args(argv)
+    if args.seeds < 1:
+        parser.error(f"--seeds must be >= 1; got {args.seeds}")
+    for path in (*args.told, args.runs):
+        if not path.exists():
+            parser.error(f"no runs file at {path}")
+    try:
+        told = [line for path in args.told for line in load_runs(path)]
+        rows = told_budget_rows(load_runs(args.runs), told, args.tables, args.seeds)
+    except ValueError as error:
+        parser.error(str(error))
+    summary = verdicts(rows)
+    notes = (
+        "`regret`: the method's mean regret at the budget (epochs) on the seeds it shares with the told runs; "
+        f"`{TOLD}`: the policy told that budget (`--budget-runs`), its regret at the end; `{REFERENCE}`: the "
+        "policy told the study's full budget, read off at the smaller one, as the study reports it. "
+        "`p_told_less`: paired one-sided Wilcoxon p-value that the told policy's regret is lower; "
+        "`p_other_less` the other way.\n\n## Verdicts\n\n" + markdown_table(summary) +
+        "\n\n`field_lowest`: the field's method with the lowest mean regret among those run on every told seed; "
+        "`field_beaten_p05`: methods of the field the told policy beats at p < 0.05, of those compared."
+    )
+    tables = {canonical_table(t) for t in args.tables}
+    compared = sorted({x["seed"] for x in told if x["table"] in tables and x["seed"] < args.seeds})
+    paths = write_results(args.out, "told_budget", "The policy told a smaller budget, against the field at that budget",
+                          rows, command_line(argv), compared, notes, extra={"verdicts": summary})
+    plot(rows, args.out / "told_budget.png")
+    return paths["md"].read_text()
+
+
+if __name__ == "__main__":
+    print(main())

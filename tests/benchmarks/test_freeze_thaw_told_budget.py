@@ -1,0 +1,94 @@
+"""The policy told a smaller budget, paired with the field read off at that budget."""
+
+import json
+
+import pytest
+from scipy.stats import wilcoxon
+
+from benchmarks import freeze_thaw_told_budget as told_budget
+from benchmarks.freeze_thaw_study import budget_of, make_problem
+
+POLICY = "gpar_freeze_thaw"
+
+
+@pytest.fixture(scope="module")
+def mnist():
+    problem = make_problem("mnist")
+    return problem, problem.best_final_error, problem.X.shape[0]
+
+
+def _line(method: str, seed: int, budget: int, completions: list[tuple[int, float]], best: float, rows: int) -> dict:
+    """A run with ``(epochs, regret)`` incumbents after each completion."""
+    trace = {"epochs": [e for e, _ in completions], "incumbent_error": [best + r for _, r in completions]}
+    return {"method": method, "table": "mnist", "rows": rows, "seed": seed, "budget": budget, "trace": trace}
+
+
+def test_budget_of_takes_a_fraction_of_runs_at_the_study_reading(mnist):
+    problem = mnist[0]
+    assert budget_of("mnist", problem, 12.5) == 250  # the study's 25 % reading of 1,000 epochs
+    assert budget_of("101", make_problem("101"), 12.5) == 262  # round(262.5), as round(0.25 * 1050)
+
+
+def test_pairs_told_runs_with_the_field_read_off_at_their_budget(mnist):
+    problem, best, rows = mnist
+    full, quarter, half = budget_of("mnist", problem), 250, 500
+    told = [_line(POLICY, s, quarter, [(200, r)], best, rows) for s, r in enumerate([0.010, 0.012, 0.008, 0.011, 0.009])]
+    told += [_line(POLICY, s, half, [(450, 0.004)], best, rows) for s in range(5)]
+    # The field, run with the whole budget: ASHA's incumbents at 240 and 260 epochs (read at
+    # 250: the first), random search's first completion after 250 (the median setting's
+    # regret there), a seed the told runs lack (not paired) and a run of another budget.
+    asha = [0.020, 0.015, 0.030, 0.025, 0.018]
+    runs = [_line("asha", s, full, [(240, r), (260, 0.0)], best, rows) for s, r in enumerate(asha)]
+    runs += [_line("random", s, full, [(300, 0.0)], best, rows) for s in range(6)]
+    runs += [_line(POLICY, s, full, [(100, 0.03), (480, 0.001)], best, rows) for s in range(5)]
+    runs += [_line("syne_dyhpo", 0, full + 1, [(10, 0.0)], best, rows)]
+
+    rows_out = told_budget.told_budget_rows(runs, told, ["mnist"], seeds=20)
+    by = {(r["at"], r["method"]): r for r in rows_out}
+    assert {m for _, m in by} == {told_budget.TOLD, POLICY, "asha", "random"}  # DyHPO: no run at this budget
+    ours = [0.010, 0.012, 0.008, 0.011, 0.009]
+    assert by["25%", "asha"]["regret"] == pytest.approx(sum(asha) / 5)
+    assert by["25%", "asha"]["told_regret"] == pytest.approx(sum(ours) / 5)
+    assert by["25%", "asha"]["p_told_less"] == pytest.approx(wilcoxon(ours, asha, alternative="less").pvalue)
+    assert by["25%", "asha"]["p_other_less"] == pytest.approx(wilcoxon(asha, ours, alternative="less").pvalue)
+    median = float(problem.final_error.median()) - best
+    assert by["25%", "random"]["regret"] == pytest.approx(median)
+    assert by["25%", "random"]["seeds"] == 5  # seed 5 has no told run
+    assert by["25%", POLICY]["regret"] == pytest.approx(0.03)  # the full-budget policy read off at 250
+    assert by["50%", POLICY]["regret"] == pytest.approx(0.001)
+    assert by["50%", "asha"]["regret"] == 0.0  # ASHA's second incumbent, at 260, counts at 500
+    assert by["50%", told_budget.TOLD]["regret"] == pytest.approx(0.004)
+
+    verdict = {v["at"]: v for v in told_budget.verdicts(rows_out)}
+    assert verdict["25%"]["told_lowest"] and verdict["25%"]["field_lowest"] == "asha"
+    assert verdict["50%"]["field_lowest"] in ("asha", "random") and not verdict["50%"]["told_lowest"]
+    assert verdict["25%"]["read_off_regret"] == pytest.approx(0.03)
+
+
+def test_missing_told_budget_and_duplicate_seeds_are_errors(mnist):
+    _, best, rows = mnist
+    quarter = [_line(POLICY, 0, 250, [(200, 0.01)], best, rows)]
+    with pytest.raises(ValueError, match="no run of gpar_freeze_thaw told a budget of 500 epochs"):
+        told_budget.told_budget_rows([], quarter, ["mnist"])
+    half = [_line(POLICY, 0, 500, [(200, 0.01)], best, rows)]
+    with pytest.raises(ValueError, match="told runs hold two runs of gpar_freeze_thaw on table 'mnist', seed 0"):
+        told_budget.told_budget_rows([], quarter + quarter + half, ["mnist"])
+
+
+def test_cli_writes_the_report_and_rejects_bad_input(tmp_path, mnist, capsys):
+    _, best, rows = mnist
+    told = tmp_path / "told.jsonl"
+    told.write_text("".join(json.dumps(_line(POLICY, s, b, [(100, 0.01 * (s + 1))], best, rows)) + "\n"
+                            for s in range(3) for b in (250, 500)))
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("".join(json.dumps(_line("asha", s, 1000, [(100, 0.02)], best, rows)) + "\n" for s in range(3)))
+    out = tmp_path / "out"
+    text = told_budget.main(["--tables", "mnist", "--told", str(told), "--runs", str(runs), "--out", str(out)])
+    assert "## Verdicts" in text and "- seeds: [0, 1, 2]" in text  # the seeds compared, not range(--seeds)
+    assert {p.name for p in out.iterdir()} == {f"told_budget.{s}" for s in ("md", "csv", "json", "png")}
+    with pytest.raises(SystemExit):
+        told_budget.main(["--tables", "mnist", "--told", str(tmp_path / "none.jsonl"), "--runs", str(runs)])
+    assert "no runs file at" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        told_budget.main(["--tables", "nope", "--told", str(told), "--runs", str(runs)])
+    assert "unknown table 'nope'" in capsys.readouterr().err
