@@ -26,7 +26,7 @@ from pathlib import Path
 from benchmarks.bo.analysis import wilcoxon_less
 from benchmarks.freeze_thaw_study import (
     BUDGET_RUNS, METHODS, REFERENCE, budget_of, canonical_table, load_runs, make_problem, report_points,
-    report_regrets,
+    report_regrets, traces_by_seed,
 )
 from benchmarks.report import markdown_table
 
@@ -47,17 +47,9 @@ def compare(before: Sequence[dict], after: Sequence[dict], tables: Sequence[str]
         budget = budget_of(table, problem, budget_runs)
         n = problem.X.shape[0]
 
-        def traces(lines: Sequence[dict], name: str, wanted: str) -> dict[int, dict]:
-            found: dict[int, dict] = {}
-            for x in lines:
-                if x["method"] == wanted and x["table"] == table and x["rows"] == n and x["budget"] == budget:
-                    if x["seed"] in found:
-                        raise ValueError(f"the {name} runs hold two runs of {wanted} on table {table!r}, seed {x['seed']}.")
-                    found[x["seed"]] = x["trace"]
-            return found
-
         other = after_method or method
-        old, new = traces(before, "before", method), traces(after, "after", other)
+        old = traces_by_seed(before, method, table, n, budget, "before")
+        new = traces_by_seed(after, other, table, n, budget, "after")
         seeds = sorted(old.keys() & new.keys())
         if not seeds:
             pair = method if other == method else f"{method} (before) and {other} (after)"

@@ -75,7 +75,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch: small fits run faster on one thread
@@ -243,6 +243,23 @@ def run(method: str, table: str, problem: TabularProblem, seed: int, budget: int
 
 def run_key(line: dict) -> tuple:
     return line["method"], line["table"], line["rows"], line["seed"], line["budget"]
+
+
+def traces_by_seed(lines: Sequence[dict], method: str, table: str, rows: int, budget: int, name: str,
+                   seeds: int | None = None) -> dict[int, dict]:
+    """``method``'s traces in runs-file ``lines`` on ``table`` (``rows`` rows) at ``budget``,
+    by seed (only seeds below ``seeds`` if given).
+
+    Raises a one-line ``ValueError`` naming ``name`` (which runs) if they hold two runs of a seed.
+    """
+    found: dict[int, dict] = {}
+    for x in lines:
+        if (x["method"], x["table"], x["rows"], x["budget"]) == (method, table, rows, budget) \
+                and (seeds is None or x["seed"] < seeds):
+            if x["seed"] in found:
+                raise ValueError(f"the {name} runs hold two runs of {method} on table {table!r}, seed {x['seed']}.")
+            found[x["seed"]] = x["trace"]
+    return found
 
 
 def load_runs(path: Path) -> list[dict]:

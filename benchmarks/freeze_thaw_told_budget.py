@@ -35,26 +35,13 @@ from benchmarks.bo.analysis import mean_se, regret_at, wilcoxon_less
 from benchmarks.bo.baselines import BASELINES
 from benchmarks.freeze_thaw_study import (
     BUDGET_RUNS, FRACTIONS, REFERENCE, SYNE_TUNE_METHODS, budget_of, canonical_table, load_runs, make_problem,
-    report_points,
+    report_points, traces_by_seed,
 )
 from benchmarks.report import RESULTS, command_line, markdown_table, write_results
 
 #: The methods the policy is measured against: none of them is told the budget.
 FIELD = (*BASELINES, *SYNE_TUNE_METHODS)
 TOLD = f"{REFERENCE} (told)"
-
-
-def _traces(lines: Sequence[dict], method: str, table: str, rows: int, budget: int, seeds: int,
-            name: str) -> dict[int, dict]:
-    """``method``'s traces by seed (< ``seeds``) on ``table`` at ``budget``; a one-line
-    ``ValueError`` if ``name``'s lines hold two runs of one seed."""
-    found: dict[int, dict] = {}
-    for x in lines:
-        if (x["method"], x["table"], x["rows"], x["budget"]) == (method, table, rows, budget) and x["seed"] < seeds:
-            if x["seed"] in found:
-                raise ValueError(f"the {name} runs hold two runs of {method} on table {table!r}, seed {x['seed']}.")
-            found[x["seed"]] = x["trace"]
-    return found
 
 
 def told_budget_rows(runs: Sequence[dict], told: Sequence[dict], tables: Sequence[str],
@@ -89,25 +76,26 @@ def told_budget_rows(runs: Sequence[dict], told: Sequence[dict], tables: Sequenc
             label = f"{fraction:.0%}"
             budget = budget_of(table, problem, fraction * BUDGET_RUNS)
             assert budget == points[label], (budget, points[label])  # the same epoch as the study's reading
-            mine = _traces(told, REFERENCE, table, n, budget, seeds, "told")
+            mine = traces_by_seed(told, REFERENCE, table, n, budget, "told", seeds)
             if not mine:
                 raise ValueError(f"no run of {REFERENCE} told a budget of {budget} epochs ({label}) on table "
                                  f"{table!r} is in the told runs file.")
-            told_regret = {s: regret_at(t, best, before, [budget], budget)[0] for s, t in mine.items()}
-            others = {TOLD: told_regret, REFERENCE: _traces(runs, REFERENCE, table, n, full, seeds, "study")}
-            others |= {m: _traces(runs, m, table, n, full, seeds, "study") for m in FIELD}
-            for method, found in others.items():
-                shared = sorted(found.keys() & mine.keys())
+            def read(traces: dict[int, dict], run_budget: int) -> dict[int, float]:
+                return {s: regret_at(t, best, before, [budget], run_budget)[0] for s, t in traces.items()}
+
+            ours = read(mine, budget)
+            readings = {TOLD: ours} | {m: read(traces_by_seed(runs, m, table, n, full, "study", seeds), full)
+                                       for m in (REFERENCE, *FIELD)}
+            for method, theirs in readings.items():
+                shared = sorted(theirs.keys() & ours.keys())
                 if not shared:
                     continue
-                theirs = np.array([found[s] if method == TOLD else regret_at(found[s], best, before, [budget], full)[0]
-                                   for s in shared])
-                ours = np.array([told_regret[s] for s in shared])
-                mean, se = mean_se(theirs[:, None])
+                a, b = np.array([ours[s] for s in shared]), np.array([theirs[s] for s in shared])
+                mean, se = mean_se(b[:, None])
                 rows.append({"table": table, "at": label, "epochs": budget, "method": method, "seeds": len(shared),
-                             "regret": float(mean[0]), "se": float(se[0]), "told_regret": float(ours.mean()),
-                             "p_told_less": wilcoxon_less(ours, theirs) if len(shared) > 1 else math.nan,
-                             "p_other_less": wilcoxon_less(theirs, ours) if len(shared) > 1 else math.nan})
+                             "regret": float(mean[0]), "se": float(se[0]), "told_regret": float(a.mean()),
+                             "p_told_less": wilcoxon_less(a, b) if len(shared) > 1 else math.nan,
+                             "p_other_less": wilcoxon_less(b, a) if len(shared) > 1 else math.nan})
     return rows
 
 
