@@ -99,6 +99,23 @@ def told_budget_rows(runs: Sequence[dict], told: Sequence[dict], tables: Sequenc
     return rows
 
 
+def best_started(told: Sequence[dict], tables: Sequence[str], seeds: int = 20) -> dict[tuple[str, str], float]:
+    """Per table and smaller budget, the told runs' mean over seeds of the best final regret
+    among every setting they started (finished or not): what the search had in hand, against
+    the regret of what it finished."""
+    out = {}
+    for table in map(canonical_table, tables):
+        problem = make_problem(table)
+        regret = problem.final_error.numpy() - problem.best_final_error
+        for fraction in FRACTIONS[:-1]:
+            budget = budget_of(table, problem, fraction * BUDGET_RUNS)
+            found = traces_by_seed(told, REFERENCE, table, problem.X.shape[0], budget, "told", seeds)
+            if found:
+                out[table, f"{fraction:.0%}"] = float(np.mean(
+                    [min(regret[t["setting"]] for t in trace["trials"]) for trace in found.values()]))
+    return out
+
+
 def verdicts(rows: Sequence[dict]) -> list[dict]:
     """Per table and budget: the told policy's regret, the field's lowest mean regret (on
     methods with every told seed) and for how many of the field the told policy is lower
@@ -168,6 +185,9 @@ def main(argv: list[str] | None = None) -> str:
     except ValueError as error:
         parser.error(str(error))
     summary = verdicts(rows)
+    started = best_started(told, args.tables, args.seeds)
+    for verdict in summary:
+        verdict["told_best_started"] = started[verdict["table"], verdict["at"]]
     notes = (
         "`regret`: the method's mean regret at the budget (epochs) on the seeds it shares with the told runs; "
         f"`{TOLD}`: the policy told that budget (`--budget-runs`), its regret at the end; `{REFERENCE}`: the "
@@ -175,7 +195,9 @@ def main(argv: list[str] | None = None) -> str:
         "`p_told_less`: paired one-sided Wilcoxon p-value that the told policy's regret is lower; "
         "`p_other_less` the other way.\n\n## Verdicts\n\n" + markdown_table(summary) +
         "\n\n`field_lowest`: the field's method with the lowest mean regret among those run on every told seed; "
-        "`field_beaten_p05`: methods of the field the told policy beats at p < 0.05, of those compared."
+        "`field_beaten_p05`: methods of the field the told policy beats at p < 0.05, of those compared; "
+        "`told_best_started`: the told runs' mean best final regret among all the settings they started, "
+        "finished or not."
     )
     tables = {canonical_table(t) for t in args.tables}
     compared = sorted({x["seed"] for x in told if x["table"] in tables and x["seed"] < args.seeds})

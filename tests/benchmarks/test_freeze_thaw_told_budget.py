@@ -17,9 +17,12 @@ def mnist():
     return problem, problem.best_final_error, problem.X.shape[0]
 
 
-def _line(method: str, seed: int, budget: int, completions: list[tuple[int, float]], best: float, rows: int) -> dict:
-    """A run with ``(epochs, regret)`` incumbents after each completion."""
-    trace = {"epochs": [e for e, _ in completions], "incumbent_error": [best + r for _, r in completions]}
+def _line(method: str, seed: int, budget: int, completions: list[tuple[int, float]], best: float, rows: int,
+          started: tuple[int, ...] = (0,)) -> dict:
+    """A run with ``(epochs, regret)`` incumbents after each completion that started the table's
+    rows ``started``."""
+    trace = {"epochs": [e for e, _ in completions], "incumbent_error": [best + r for _, r in completions],
+             "trials": [{"setting": i, "status": "stopped", "epochs": 1} for i in started]}
     return {"method": method, "table": "mnist", "rows": rows, "seed": seed, "budget": budget, "trace": trace}
 
 
@@ -92,3 +95,15 @@ def test_cli_writes_the_report_and_rejects_bad_input(tmp_path, mnist, capsys):
     with pytest.raises(SystemExit):
         told_budget.main(["--tables", "nope", "--told", str(told), "--runs", str(runs)])
     assert "unknown table 'nope'" in capsys.readouterr().err
+
+
+def test_best_started_is_the_best_final_among_settings_a_told_run_started(mnist):
+    problem, best, rows = mnist
+    regret = problem.final_error.numpy() - best
+    order = regret.argsort()
+    told = [_line(POLICY, 0, 250, [], best, rows, started=(int(order[-1]), int(order[3]))),
+            _line(POLICY, 1, 250, [], best, rows, started=(int(order[0]),)),
+            _line(POLICY, 0, 500, [], best, rows, started=(int(order[-1]),))]
+    found = told_budget.best_started(told, ["mnist"])
+    assert found["mnist", "25%"] == pytest.approx((regret[order[3]] + 0.0) / 2)
+    assert found["mnist", "50%"] == pytest.approx(regret[order[-1]])
