@@ -41,16 +41,34 @@ from benchmarks.report import RESULTS, command_line, markdown_table, write_resul
 
 #: The methods the policy is measured against: none of them is told the budget.
 FIELD = (*BASELINES, *SYNE_TUNE_METHODS)
+#: The policy told the smaller budget, as its rows are labelled.
 TOLD = f"{REFERENCE} (told)"
+
+
+def smaller_budgets(table: str) -> list[tuple[str, int]]:
+    """``(label, epochs)`` of the study's readings before its full budget (``25%``,
+    ``50%``): the budgets the policy is told here.
+
+    Raises a one-line ``ValueError`` for a table whose budget does not scale (``quick``).
+    """
+    problem = make_problem(table)
+    points = report_points(table, budget_of(table, problem))
+    out = []
+    for fraction in FRACTIONS[:-1]:
+        label, budget = f"{fraction:.0%}", budget_of(table, problem, fraction * BUDGET_RUNS)
+        if budget != points[label]:
+            raise ValueError(f"table {table!r} keeps one budget (the study's 'quick' table): it has no smaller one.")
+        out.append((label, budget))
+    return out
 
 
 def told_budget_rows(runs: Sequence[dict], told: Sequence[dict], tables: Sequence[str],
                      seeds: int = 20) -> list[dict]:
-    """One row per table, smaller budget (25 % and 50 % of the study's) and method.
+    """One row per table, smaller budget (25 % and 50 % of the study's 50 runs) and method.
 
     Args:
-        runs: The study's lines at its full budget (the field, and the policy read off at
-            the smaller budget).
+        runs: The study's lines at its full budget of 50 runs (the field, and the policy
+            read off at the smaller budget).
         told: Lines of the policy told the smaller budgets (``--budget-runs 12.5``, ``25``).
         tables: Table names as the study spells them.
         seeds: Use seeds ``0..seeds-1``.
@@ -58,12 +76,14 @@ def told_budget_rows(runs: Sequence[dict], told: Sequence[dict], tables: Sequenc
     Returns:
         Rows with the method's mean regret at the smaller budget on the seeds it shares with
         the told runs (``regret``, ``se``), the told policy's on those seeds
-        (``told_regret``) and the p-values of "told lower" and "method lower". The told
-        policy's own row compares it with itself (p = 1).
+        (``told_regret``) and the p-values of "told lower" and "method lower" (NaN on the
+        told policy's own row and with one shared seed). A method that shares no seed has
+        no row (``verdicts`` lists it).
 
     Raises:
-        ValueError: (one line) a table has no told run at a smaller budget, or a file
-            holds two runs of one method and seed.
+        ValueError: (one line) a table has no told run at a smaller budget or no method of
+            the field at the full budget on a told seed, or a file holds two runs of one
+            method and seed.
     """
     rows: list[dict] = []
     for table in map(canonical_table, tables):
@@ -71,32 +91,42 @@ def told_budget_rows(runs: Sequence[dict], told: Sequence[dict], tables: Sequenc
         n, full = problem.X.shape[0], budget_of(table, problem)
         best = problem.best_final_error
         before = float(problem.final_error.median()) - best
-        points = report_points(table, full)
-        for fraction in FRACTIONS[:-1]:
-            label = f"{fraction:.0%}"
-            budget = budget_of(table, problem, fraction * BUDGET_RUNS)
-            assert budget == points[label], (budget, points[label])  # the same epoch as the study's reading
+        field = {m: traces_by_seed(runs, m, table, n, full, "study", seeds) for m in (REFERENCE, *FIELD)}
+        for label, budget in smaller_budgets(table):
             mine = traces_by_seed(told, REFERENCE, table, n, budget, "told", seeds)
             if not mine:
                 raise ValueError(f"no run of {REFERENCE} told a budget of {budget} epochs ({label}) on table "
                                  f"{table!r} is in the told runs file.")
-            def read(traces: dict[int, dict], run_budget: int) -> dict[int, float]:
-                return {s: regret_at(t, best, before, [budget], run_budget)[0] for s, t in traces.items()}
+            if not any(found.keys() & mine.keys() for m, found in field.items() if m in FIELD):
+                raise ValueError(f"no method of the field has a run of the full budget ({full} epochs) on table "
+                                 f"{table!r} on a seed of the told runs.")
 
-            ours = read(mine, budget)
-            readings = {TOLD: ours} | {m: read(traces_by_seed(runs, m, table, n, full, "study", seeds), full)
-                                       for m in (REFERENCE, *FIELD)}
-            for method, theirs in readings.items():
+            def read(traces: dict[int, dict]) -> dict[int, float]:
+                return {s: regret_at(t, best, before, [budget], budget)[0] for s, t in traces.items()}
+
+            ours = read(mine)
+            for method, theirs in {TOLD: ours, **{m: read(found) for m, found in field.items()}}.items():
                 shared = sorted(theirs.keys() & ours.keys())
                 if not shared:
                     continue
                 a, b = np.array([ours[s] for s in shared]), np.array([theirs[s] for s in shared])
                 mean, se = mean_se(b[:, None])
+                tested = method != TOLD and len(shared) > 1
                 rows.append({"table": table, "at": label, "epochs": budget, "method": method, "seeds": len(shared),
                              "regret": float(mean[0]), "se": float(se[0]), "told_regret": float(a.mean()),
-                             "p_told_less": wilcoxon_less(a, b) if len(shared) > 1 else math.nan,
-                             "p_other_less": wilcoxon_less(b, a) if len(shared) > 1 else math.nan})
+                             "p_told_less": wilcoxon_less(a, b) if tested else math.nan,
+                             "p_other_less": wilcoxon_less(b, a) if tested else math.nan})
     return rows
+
+
+def told_seeds(told: Sequence[dict], tables: Sequence[str], seeds: int = 20) -> list[int]:
+    """The seeds of the told runs ``told_budget_rows`` reads (the report's provenance)."""
+    found: set[int] = set()
+    for table in map(canonical_table, tables):
+        n = make_problem(table).X.shape[0]
+        for _, budget in smaller_budgets(table):
+            found |= traces_by_seed(told, REFERENCE, table, n, budget, "told", seeds).keys()
+    return sorted(found)
 
 
 def best_started(told: Sequence[dict], tables: Sequence[str], seeds: int = 20) -> dict[tuple[str, str], float]:
@@ -107,19 +137,19 @@ def best_started(told: Sequence[dict], tables: Sequence[str], seeds: int = 20) -
     for table in map(canonical_table, tables):
         problem = make_problem(table)
         regret = problem.final_error.numpy() - problem.best_final_error
-        for fraction in FRACTIONS[:-1]:
-            budget = budget_of(table, problem, fraction * BUDGET_RUNS)
+        for label, budget in smaller_budgets(table):
             found = traces_by_seed(told, REFERENCE, table, problem.X.shape[0], budget, "told", seeds)
             if found:
-                out[table, f"{fraction:.0%}"] = float(np.mean(
+                out[table, label] = float(np.mean(
                     [min(regret[t["setting"]] for t in trace["trials"]) for trace in found.values()]))
     return out
 
 
 def verdicts(rows: Sequence[dict]) -> list[dict]:
-    """Per table and budget: the told policy's regret, the field's lowest mean regret (on
-    methods with every told seed) and for how many of the field the told policy is lower
-    at p < 0.05."""
+    """Per table and budget: the told policy's regret, the policy's reading there in its
+    full-budget runs, the field's lowest mean regret (among methods run on every told seed),
+    how many of the field the told policy beats at p < 0.05 (of those tested) and which of
+    the field have no run on a told seed."""
     out = []
     for key in dict.fromkeys((r["table"], r["at"]) for r in rows):
         group = [r for r in rows if (r["table"], r["at"]) == key]
@@ -127,12 +157,16 @@ def verdicts(rows: Sequence[dict]) -> list[dict]:
         field = [r for r in group if r["method"] in FIELD]
         complete = [r for r in field if r["seeds"] == told["seeds"]]
         leader = min(complete, key=lambda r: r["regret"]) if complete else None
+        tested = [r for r in field if not math.isnan(r["p_told_less"])]
+        read_off = next((r for r in group if r["method"] == REFERENCE), None)
         out.append({"table": key[0], "at": key[1], "seeds": told["seeds"], "told_regret": told["regret"],
-                    "read_off_regret": next((r["regret"] for r in group if r["method"] == REFERENCE), math.nan),
+                    "read_off_regret": read_off["regret"] if read_off else math.nan,
+                    "read_off_seeds": read_off["seeds"] if read_off else 0,
                     "field_lowest": leader["method"] if leader else "",
                     "field_lowest_regret": leader["regret"] if leader else math.nan,
-                    "told_lowest": bool(leader is None or told["regret"] < leader["regret"]),
-                    "field_beaten_p05": f"{sum(r['p_told_less'] < 0.05 for r in field)}/{len(field)}"})
+                    "told_lowest": None if leader is None else bool(told["regret"] < leader["regret"]),
+                    "field_beaten_p05": f"{sum(r['p_told_less'] < 0.05 for r in tested)}/{len(tested)}",
+                    "field_without_runs": " ".join(m for m in FIELD if m not in {r["method"] for r in field})})
     return out
 
 
@@ -176,16 +210,22 @@ def main(argv: list[str] | None = None) -> str:
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error(f"--seeds must be >= 1; got {args.seeds}")
+    try:  # every table is checked before the runs files are read
+        tables = [canonical_table(t) for t in args.tables]
+        for table in tables:
+            smaller_budgets(table)
+    except ValueError as error:
+        parser.error(str(error))
     for path in (*args.told, args.runs):
-        if not path.exists():
+        if not path.is_file():
             parser.error(f"no runs file at {path}")
+    told = [line for path in args.told for line in load_runs(path)]
     try:
-        told = [line for path in args.told for line in load_runs(path)]
-        rows = told_budget_rows(load_runs(args.runs), told, args.tables, args.seeds)
+        rows = told_budget_rows(load_runs(args.runs), told, tables, args.seeds)
     except ValueError as error:
         parser.error(str(error))
     summary = verdicts(rows)
-    started = best_started(told, args.tables, args.seeds)
+    started = best_started(told, tables, args.seeds)
     for verdict in summary:
         verdict["told_best_started"] = started[verdict["table"], verdict["at"]]
     notes = (
@@ -195,14 +235,14 @@ def main(argv: list[str] | None = None) -> str:
         "`p_told_less`: paired one-sided Wilcoxon p-value that the told policy's regret is lower; "
         "`p_other_less` the other way.\n\n## Verdicts\n\n" + markdown_table(summary) +
         "\n\n`field_lowest`: the field's method with the lowest mean regret among those run on every told seed; "
-        "`field_beaten_p05`: methods of the field the told policy beats at p < 0.05, of those compared; "
+        "`field_beaten_p05`: methods of the field the told policy beats at p < 0.05, of those tested (two or "
+        "more shared seeds); `field_without_runs`: methods of the field with no run on a told seed; "
+        "`read_off_seeds`: seeds of the policy's full-budget runs among the told ones; "
         "`told_best_started`: the told runs' mean best final regret among all the settings they started, "
         "finished or not."
     )
-    tables = {canonical_table(t) for t in args.tables}
-    compared = sorted({x["seed"] for x in told if x["table"] in tables and x["seed"] < args.seeds})
     paths = write_results(args.out, "told_budget", "The policy told a smaller budget, against the field at that budget",
-                          rows, command_line(argv), compared, notes, extra={"verdicts": summary})
+                          rows, command_line(argv), told_seeds(told, tables, args.seeds), notes, extra={"verdicts": summary})
     plot(rows, args.out / "told_budget.png")
     return paths["md"].read_text()
 
