@@ -164,7 +164,9 @@ def verdicts(rows: Sequence[dict]) -> list[dict]:
                     "read_off_seeds": read_off["seeds"] if read_off else 0,
                     "field_lowest": leader["method"] if leader else "",
                     "field_lowest_regret": leader["regret"] if leader else math.nan,
-                    "told_lowest": None if leader is None else bool(told["regret"] < leader["regret"]),
+                    "told_vs_lowest": "" if leader is None else
+                    ("lower" if told["regret"] < leader["regret"] else
+                     "tied" if told["regret"] == leader["regret"] else "higher"),
                     "field_beaten_p05": f"{sum(r['p_told_less'] < 0.05 for r in tested)}/{len(tested)}",
                     "field_without_runs": " ".join(m for m in FIELD if m not in {r["method"] for r in field})})
     return out
@@ -234,7 +236,8 @@ def main(argv: list[str] | None = None) -> str:
         "policy told the study's full budget, read off at the smaller one, as the study reports it. "
         "`p_told_less`: paired one-sided Wilcoxon p-value that the told policy's regret is lower; "
         "`p_other_less` the other way.\n\n## Verdicts\n\n" + markdown_table(summary) +
-        "\n\n`field_lowest`: the field's method with the lowest mean regret among those run on every told seed; "
+        "\n\n`field_lowest`: the field's method with the lowest mean regret among those run on every told seed "
+        "(`told_vs_lowest`: the told policy's mean regret against it); "
         "`field_beaten_p05`: methods of the field the told policy beats at p < 0.05, of those tested (two or "
         "more shared seeds); `field_without_runs`: methods of the field with no run on a told seed; "
         "`read_off_seeds`: seeds of the policy's full-budget runs among the told ones; "

@@ -77,8 +77,12 @@ def test_pairs_told_runs_with_the_field_read_off_at_their_budget(mnist):
     assert by["50%", told_budget.TOLD]["regret"] == pytest.approx(0.004)
 
     verdict = {v["at"]: v for v in told_budget.verdicts(rows_out)}
-    assert not verdict["25%"]["told_lowest"] and verdict["25%"]["field_lowest"] == "one_epoch"
-    assert not verdict["50%"]["told_lowest"] and verdict["50%"]["field_lowest_regret"] == 0.0
+    assert verdict["25%"]["told_vs_lowest"] == "higher" and verdict["25%"]["field_lowest"] == "one_epoch"
+    assert verdict["50%"]["told_vs_lowest"] == "higher" and verdict["50%"]["field_lowest_regret"] == 0.0
+    tie = [dict(r, regret=0.0) if r["method"] == told_budget.TOLD else r for r in rows_out if r["at"] == "50%"]
+    assert told_budget.verdicts(tie)[0]["told_vs_lowest"] == "tied"
+    ahead = [dict(r, regret=-1.0) if r["method"] == told_budget.TOLD else r for r in rows_out if r["at"] == "50%"]
+    assert told_budget.verdicts(ahead)[0]["told_vs_lowest"] == "lower"
     assert verdict["25%"]["read_off_regret"] == pytest.approx(0.03)
     # The told policy is lower than ASHA on all five seeds (p 1/32) and than random search
     # (the median setting's regret), higher than one-epoch screening.
