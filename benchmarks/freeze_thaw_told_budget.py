@@ -129,19 +129,28 @@ def told_seeds(told: Sequence[dict], tables: Sequence[str], seeds: int = 20) -> 
     return sorted(found)
 
 
-def best_started(told: Sequence[dict], tables: Sequence[str], seeds: int = 20) -> dict[tuple[str, str], float]:
-    """Per table and smaller budget, the told runs' mean over seeds of the best final regret
-    among every setting they started (finished or not): what the search had in hand, against
-    the regret of what it finished."""
+def started_and_finished(told: Sequence[dict], tables: Sequence[str], seeds: int = 20) -> dict[tuple[str, str], dict]:
+    """Per table and smaller budget, what the told runs had in hand against what they
+    finished, as means over seeds: the best final regret among every setting they started
+    (``told_best_started``), the number of runs they finished (``told_finished``) and the
+    median final regret of those runs (``told_finished_median``, over seeds that finished one)."""
     out = {}
     for table in map(canonical_table, tables):
         problem = make_problem(table)
         regret = problem.final_error.numpy() - problem.best_final_error
         for label, budget in smaller_budgets(table):
             found = traces_by_seed(told, REFERENCE, table, problem.X.shape[0], budget, "told", seeds)
-            if found:
-                out[table, label] = float(np.mean(
-                    [min(regret[t["setting"]] for t in trace["trials"]) for trace in found.values()]))
+            if not found:
+                continue
+            started = [[regret[t["setting"]] for t in trace["trials"]] for trace in found.values()]
+            finished = [[regret[t["setting"]] for t in trace["trials"] if t["status"] == "completed"]
+                        for trace in found.values()]
+            out[table, label] = {
+                "told_best_started": float(np.mean([min(r) for r in started])),
+                "told_finished": float(np.mean([len(r) for r in finished])),
+                "told_finished_median": float(np.mean(medians)) if (medians := [np.median(r) for r in finished if r])
+                else math.nan,
+            }
     return out
 
 
@@ -227,9 +236,9 @@ def main(argv: list[str] | None = None) -> str:
     except ValueError as error:
         parser.error(str(error))
     summary = verdicts(rows)
-    started = best_started(told, tables, args.seeds)
+    found = started_and_finished(told, tables, args.seeds)
     for verdict in summary:
-        verdict["told_best_started"] = started[verdict["table"], verdict["at"]]
+        verdict |= found[verdict["table"], verdict["at"]]
     notes = (
         "`regret`: the method's mean regret at the budget (epochs) on the seeds it shares with the told runs; "
         f"`{TOLD}`: the policy told that budget (`--budget-runs`), its regret at the end; `{REFERENCE}`: the "
@@ -242,7 +251,8 @@ def main(argv: list[str] | None = None) -> str:
         "more shared seeds); `field_without_runs`: methods of the field with no run on a told seed; "
         "`read_off_seeds`: seeds of the policy's full-budget runs among the told ones; "
         "`told_best_started`: the told runs' mean best final regret among all the settings they started, "
-        "finished or not."
+        "finished or not; `told_finished`: their mean number of runs trained to the end; "
+        "`told_finished_median`: the mean, over seeds that finished a run, of those runs' median final regret."
     )
     paths = write_results(args.out, "told_budget", "The policy told a smaller budget, against the field at that budget",
                           rows, command_line(argv), told_seeds(told, tables, args.seeds), notes, extra={"verdicts": summary})

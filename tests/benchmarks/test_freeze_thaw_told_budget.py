@@ -128,13 +128,18 @@ def test_cli_writes_the_report_and_rejects_bad_input(tmp_path, mnist, capsys):
     assert "no runs file at" in capsys.readouterr().err
 
 
-def test_best_started_is_the_best_final_among_settings_a_told_run_started(mnist):
+def test_started_and_finished_summarise_what_told_runs_had_and_finished(mnist):
     problem, best, rows = mnist
     regret = problem.final_error.numpy() - best
-    order = regret.argsort()
-    told = [_line(POLICY, 0, 250, [], best, rows, started=(int(order[-1]), int(order[3]))),
-            _line(POLICY, 1, 250, [], best, rows, started=(int(order[0]),)),
-            _line(POLICY, 0, 500, [], best, rows, started=(int(order[-1]),))]
-    found = told_budget.best_started(told, ["mnist"])
-    assert found["mnist", "25%"] == pytest.approx((regret[order[3]] + 0.0) / 2)
-    assert found["mnist", "50%"] == pytest.approx(regret[order[-1]])
+    order = [int(i) for i in regret.argsort()]
+    seed0 = _line(POLICY, 0, 250, [], best, rows, started=(order[-1], order[3], order[5], order[9]))
+    for t in seed0["trace"]["trials"][2:]:
+        t["status"] = "completed"  # it finished the 6th and 10th best settings, not the 4th
+    told = [seed0, _line(POLICY, 1, 250, [], best, rows, started=(order[0],)),
+            _line(POLICY, 0, 500, [], best, rows, started=(order[-1],))]
+    found = told_budget.started_and_finished(told, ["mnist"])
+    assert found["mnist", "25%"]["told_best_started"] == pytest.approx((regret[order[3]] + 0.0) / 2)
+    assert found["mnist", "25%"]["told_finished"] == 1.0  # two runs on seed 0, none on seed 1
+    assert found["mnist", "25%"]["told_finished_median"] == pytest.approx((regret[order[5]] + regret[order[9]]) / 2)
+    assert found["mnist", "50%"]["told_best_started"] == pytest.approx(regret[order[-1]])
+    assert found["mnist", "50%"]["told_finished"] == 0.0
