@@ -25,6 +25,7 @@ the same seeds, and paired one-sided Wilcoxon p-values both ways.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -43,6 +44,9 @@ from benchmarks.report import RESULTS, command_line, markdown_table, write_resul
 FIELD = (*BASELINES, *SYNE_TUNE_METHODS)
 #: The policy told the smaller budget, as its rows are labelled.
 TOLD = f"{REFERENCE} (told)"
+#: The study's tables, built once per process: every function here reads each table's
+#: errors, and the MNIST and funnel tables are read from CSV files.
+table_problem = functools.cache(make_problem)
 
 
 def smaller_budgets(table: str) -> list[tuple[str, int]]:
@@ -51,7 +55,7 @@ def smaller_budgets(table: str) -> list[tuple[str, int]]:
 
     Raises a one-line ``ValueError`` for a table whose budget does not scale (``quick``).
     """
-    problem = make_problem(table)
+    problem = table_problem(table)
     points = report_points(table, budget_of(table, problem))
     out = []
     for fraction in FRACTIONS[:-1]:
@@ -87,7 +91,7 @@ def told_budget_rows(runs: Sequence[dict], told: Sequence[dict], tables: Sequenc
     """
     rows: list[dict] = []
     for table in map(canonical_table, tables):
-        problem = make_problem(table)
+        problem = table_problem(table)
         n, full = problem.X.shape[0], budget_of(table, problem)
         best = problem.best_final_error
         before = float(problem.final_error.median()) - best
@@ -123,7 +127,7 @@ def told_seeds(told: Sequence[dict], tables: Sequence[str], seeds: int = 20) -> 
     """The seeds of the told runs ``told_budget_rows`` reads (the report's provenance)."""
     found: set[int] = set()
     for table in map(canonical_table, tables):
-        n = make_problem(table).X.shape[0]
+        n = table_problem(table).X.shape[0]
         for _, budget in smaller_budgets(table):
             found |= traces_by_seed(told, REFERENCE, table, n, budget, "told", seeds).keys()
     return sorted(found)
@@ -136,7 +140,7 @@ def started_and_finished(told: Sequence[dict], tables: Sequence[str], seeds: int
     median final regret of those runs (``told_finished_median``, over seeds that finished one)."""
     out = {}
     for table in map(canonical_table, tables):
-        problem = make_problem(table)
+        problem = table_problem(table)
         regret = problem.final_error.numpy() - problem.best_final_error
         for label, budget in smaller_budgets(table):
             found = traces_by_seed(told, REFERENCE, table, problem.X.shape[0], budget, "told", seeds)
