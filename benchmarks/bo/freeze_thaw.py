@@ -22,7 +22,7 @@ __all__ = [
     "GPARFreezeThawMeasuredInitialStarts", "GPARFreezeThawMeasuredStaged", "GPARFreezeThawNoHorizon",
     "GPARFreezeThawOutputRefits", "GPARFreezeThawPendingFinals", "GPARFreezeThawPoint", "GPARFreezeThawPrevious",
     "GPARFreezeThawRandomResumes",
-    "GPARFreezeThawScreened",
+    "GPARFreezeThawScreened", "GPARFreezeThawWarmUpPushes",
 ]
 
 
@@ -253,6 +253,18 @@ class GPARFreezeThawPendingFinals(GPARFreezeThaw):
 
     def __init__(self, **policy_options) -> None:
         super().__init__(**{"pending_finals": True, **policy_options})
+
+
+class GPARFreezeThawWarmUpPushes(GPARFreezeThaw):
+    """A candidate: the default whose warm-up pushes a screened run on every freed worker
+    instead of screening random settings beside two pushed runs,
+    ``FreezeThawPolicy(warm_up="push")``: before the first fit no choice is the model's,
+    and most warm-up screens are never continued. Not the default."""
+
+    name = "gpar_freeze_thaw_warm_up_pushes"
+
+    def __init__(self, **policy_options) -> None:
+        super().__init__(**{"warm_up": "push", **policy_options})
 
 
 class GPARFreezeThawMeasuredInitialStarts(GPARFreezeThawInitialStarts):

@@ -26,7 +26,11 @@ Design choices and why:
 
 **Warm-up.** GPAR needs two runs at the final checkpoint. Until then the policy screens
 ``num_initial`` random settings at the first checkpoint and pushes the two best to the
-end, one checkpoint at a time.
+end, one checkpoint at a time, while the other workers start random settings
+(``warm_up="screen"``). ``warm_up="push"`` (a candidate) lets every worker freed in the
+warm-up push a screened run instead, and start a new setting only when none is paused:
+no choice before the first fit is the model's, the screens are mostly never continued,
+and the model and the incumbent need runs at the final checkpoint.
 
 **Random resumes** (a candidate, off by default). GPAR's conditionals learn from the runs
 that were continued, and the index, the warm-up and the guard below all continue runs for
@@ -121,6 +125,12 @@ class FreezeThawPolicy:
             sample of the paused runs' next steps; most are runs at the first
             checkpoint, whose next step is the cheapest. Without such a run, GPAR decides.
         eta: Successive halving's reduction factor.
+        warm_up: What the workers do until two runs reached the final checkpoint, after
+            the ``num_initial`` screens: "screen" (default) pushes two runs to the end
+            and starts random settings at the first checkpoint on the other workers;
+            "push" (a candidate) pushes a screened run on every freed worker (the
+            deepest paused run first, then the best at its last checkpoint) and starts a
+            random setting only when no run is paused.
         refit_growth: Re-optimise GPAR's hyperparameters when the number of
             observed values grew by more than this fraction since the last fit;
             in between, reload them (decisions stay cheap as data accumulate).
@@ -181,6 +191,7 @@ class FreezeThawPolicy:
         model_free_fraction: float = 0.1,
         random_resume_fraction: float = 0.0,
         eta: float = 3.0,
+        warm_up: Literal["screen", "push"] = "screen",
         refit_growth: float = 0.2,
         staged_refits: bool = True,
         refit_trigger: Literal["total", "output"] = "total",
@@ -216,6 +227,8 @@ class FreezeThawPolicy:
             )
         if eta <= 1:
             raise ValueError(f"eta must be > 1; got {eta}.")
+        if warm_up not in ("screen", "push"):
+            raise ValueError(f"warm_up must be 'screen' or 'push'; got {warm_up!r}.")
         if paused_scoring not in ("lazy", "screen"):
             raise ValueError(f"paused_scoring must be 'lazy' or 'screen'; got {paused_scoring!r}.")
         if refit_trigger not in ("total", "output"):
@@ -231,6 +244,7 @@ class FreezeThawPolicy:
         self.model_free_fraction = model_free_fraction
         self.random_resume_fraction = random_resume_fraction
         self.eta = eta
+        self.warm_up = warm_up
         self.refit_growth = refit_growth
         self.staged_refits = staged_refits
         self.refit_trigger = refit_trigger
@@ -630,7 +644,8 @@ class FreezeThawPolicy:
         self, X: Tensor, Y: Tensor, paused: Tensor, observed: Tensor,
         candidates: Tensor | None, bounds: Tensor | None,
     ) -> Decision:
-        """Screen ``num_initial`` settings, then push the two best to the final checkpoint."""
+        """Screen ``num_initial`` settings, then push the two best (``warm_up="push"``: every
+        screened run, best first) to the final checkpoint."""
         out_of_candidates = candidates is not None and len(candidates) == 0
         if X.shape[0] < self.num_initial and not out_of_candidates:
             return self._random_new(candidates, bounds, "warm-up")
@@ -642,7 +657,7 @@ class FreezeThawPolicy:
         if waiting.any():
             row = int(torch.where(waiting, observed, -1).argmax())
             return Decision("resume", row, "warm-up")
-        if int(pushed.sum()) < 2 and paused.any():
+        if (self.warm_up == "push" or int(pushed.sum()) < 2) and paused.any():
             last = Y.gather(-1, (observed - 1).clamp_min(0).unsqueeze(-1)).squeeze(-1)
             row = int(torch.where(paused, last, math.inf).argmin())
             return Decision("resume", row, "warm-up")

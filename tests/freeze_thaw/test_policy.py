@@ -445,6 +445,28 @@ def test_warm_up_screens_then_pushes_the_two_best() -> None:
     assert (decision.action, decision.index) == ("resume", 1)
 
 
+def test_a_pushing_warm_up_continues_screened_runs_where_the_default_screens() -> None:
+    candidates = torch.rand(10, 1, dtype=torch.double)
+    X = torch.tensor([[0.1], [0.2], [0.3], [0.4]], dtype=torch.double)
+    nan = math.nan
+    # Runs 0 and 1 are being pushed (running past the first checkpoint); 2 and 3 wait at it.
+    Y = torch.tensor([[0.5, 0.4, nan], [0.2, nan, nan], [0.3, nan, nan], [0.25, nan, nan]]).double()
+    paused = torch.tensor([False, False, True, True])
+    screen = FreezeThawPolicy(EPOCHS, num_initial=3, **FAST).decide(X, Y, paused, candidates)
+    push = FreezeThawPolicy(EPOCHS, num_initial=3, warm_up="push", **FAST).decide(X, Y, paused, candidates)
+    assert (screen.action, screen.reason) == ("start", "warm-up")
+    assert (push.action, push.index, push.reason) == ("resume", 3, "warm-up")  # the best waiting
+    # A pushed run that paused past the first checkpoint goes first, in either warm-up.
+    deeper = torch.tensor([True, False, True, True])
+    for warm_up in ("screen", "push"):
+        decision = FreezeThawPolicy(EPOCHS, num_initial=3, warm_up=warm_up, **FAST).decide(X, Y, deeper, candidates)
+        assert (decision.action, decision.index) == ("resume", 0)
+    # Nothing paused: a new setting, in either warm-up.
+    decision = FreezeThawPolicy(EPOCHS, num_initial=3, warm_up="push", **FAST).decide(
+        X, Y, torch.zeros(4, dtype=torch.bool), candidates)
+    assert (decision.action, decision.reason) == ("start", "warm-up")
+
+
 def test_final_error_samples_are_the_models_predictive_and_change_no_decision() -> None:
     X, Y = state()
     paused = ~Y[:, -1].isfinite()
@@ -553,6 +575,7 @@ def test_bad_input_raises_one_line_value_errors() -> None:
         lambda: FreezeThawPolicy(EPOCHS, random_resume_fraction=-0.1),
         lambda: FreezeThawPolicy(EPOCHS, random_resume_fraction=0.95),  # + the guard's 0.1 > 1
         lambda: FreezeThawPolicy(EPOCHS, paused_scoring="eager"),
+        lambda: FreezeThawPolicy(EPOCHS, warm_up="asha"),
         lambda: stopping_index(torch.ones(6, 2), torch.ones(6, 2, 3), torch.zeros(2, dtype=torch.long), torch.tensor([1.0, 2, 3])),
         lambda: expected_improvement_lognormal(torch.zeros(1), torch.ones(1), 0.0),
     ]
@@ -620,7 +643,11 @@ def test_only_the_default_and_candidates_on_it_are_told_the_budget() -> None:
     told = [v for v in variants if v.budget_aware]
     assert told == [GPARFreezeThaw, adapters.GPARFreezeThawConverged, adapters.GPARFreezeThawInitialStarts, adapters.GPARFreezeThawLatentPaths,
                     adapters.GPARFreezeThawLogDraws, adapters.GPARFreezeThawMeasuredInitialStarts, adapters.GPARFreezeThawOutputRefits,
-                    adapters.GPARFreezeThawPendingFinals, adapters.GPARFreezeThawRandomResumes, adapters.GPARFreezeThawScreened]
+                    adapters.GPARFreezeThawPendingFinals, adapters.GPARFreezeThawRandomResumes, adapters.GPARFreezeThawScreened,
+                    adapters.GPARFreezeThawWarmUpPushes]
+    method = adapters.GPARFreezeThawWarmUpPushes()
+    method.reset(synthetic_problem(n=10, seed=0), seed=0)
+    assert method.policy.warm_up == "push" and FreezeThawPolicy(EPOCHS).warm_up == "screen"
     method = adapters.GPARFreezeThawPendingFinals()
     method.reset(synthetic_problem(n=10, seed=0), seed=0)
     assert method.policy.pending_finals and not FreezeThawPolicy(EPOCHS).pending_finals
