@@ -24,10 +24,12 @@ Design choices and why:
   Each refit after the first is spread over the next ``M`` decisions, one
   conditional each (``staged_refits``), so that no single decision pays for all of it.
 
-**Warm-up.** GPAR needs two runs at the final checkpoint. Until then the policy screens
-``num_initial`` random settings at the first checkpoint and pushes the two best to the
-end, one checkpoint at a time, while the other workers start random settings
-(``warm_up="screen"``). ``warm_up="push"`` (a candidate) lets every worker freed in the
+**Warm-up.** GPAR needs two runs at the final checkpoint. Until then the policy starts
+``num_initial`` random settings and pushes two runs to the end, one checkpoint at a time,
+while the other workers start random settings at the first checkpoint
+(``warm_up="screen"``). A push begins whenever fewer than two are under way, with the
+paused run that is best at its last checkpoint; workers that report one at a time make
+that the first runs to report, so the two pushed are in effect random settings. ``warm_up="push"`` (a candidate) lets every worker freed in the
 warm-up push a screened run instead, and start a new setting only when none is paused:
 no choice before the first fit is the model's, the screens are mostly never continued,
 and the model and the incumbent need runs at the final checkpoint.
@@ -644,8 +646,8 @@ class FreezeThawPolicy:
         self, X: Tensor, Y: Tensor, paused: Tensor, observed: Tensor,
         candidates: Tensor | None, bounds: Tensor | None,
     ) -> Decision:
-        """Screen ``num_initial`` settings, then push the two best (``warm_up="push"``: every
-        screened run, best first) to the final checkpoint."""
+        """Start ``num_initial`` settings; push two runs (``warm_up="push"``: a run on every
+        freed worker), each the best paused one when its push begins, to the final checkpoint."""
         out_of_candidates = candidates is not None and len(candidates) == 0
         if X.shape[0] < self.num_initial and not out_of_candidates:
             return self._random_new(candidates, bounds, "warm-up")
