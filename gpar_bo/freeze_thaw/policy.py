@@ -27,12 +27,14 @@ Design choices and why:
 **Warm-up.** GPAR needs two runs at the final checkpoint. Until then the policy starts
 ``num_initial`` random settings and pushes two runs to the end, one checkpoint at a time,
 while the other workers start random settings at the first checkpoint
-(``warm_up="screen"``). A push begins whenever fewer than two are under way, with the
-paused run that is best at its last checkpoint; workers that report one at a time make
-that the first runs to report, so the two pushed are in effect random settings. ``warm_up="push"`` (a candidate) lets every worker freed in the
-warm-up push a screened run instead, and start a new setting only when none is paused:
-no choice before the first fit is the model's, the screens are mostly never continued,
-and the model and the incumbent need runs at the final checkpoint.
+(``warm_up="screen"``). A push begins, while fewer than two runs have been pushed, with the
+paused run that is best at its last checkpoint. With at least ``num_initial`` workers
+reporting one at a time, the runs pushed are the first two to report, in effect random
+settings; with fewer workers, the best of those screened so far. ``warm_up="push"`` (a
+candidate) lets every worker freed in the warm-up push a screened run instead, and start a
+new setting only when none is paused: no choice before the first fit is the model's, the
+screens are mostly never continued, and the model and the incumbent need runs at the final
+checkpoint.
 
 **Random resumes** (a candidate, off by default). GPAR's conditionals learn from the runs
 that were continued, and the index, the warm-up and the guard below all continue runs for

@@ -467,6 +467,20 @@ def test_a_pushing_warm_up_continues_screened_runs_where_the_default_screens() -
     assert (decision.action, decision.reason) == ("start", "warm-up")
 
 
+def test_with_as_many_workers_as_screens_the_warm_up_pushes_the_first_runs_to_report() -> None:
+    # What the docs say of the harness's 4 workers: the default pushes runs 0 and 1 (the
+    # first to report, whatever their errors), the candidate all four; no fit (warm-up only).
+    problem = synthetic_problem(n=40, seed=0)
+    depth, first = {}, {}
+    for method in (GPARFreezeThaw(), GPARFreezeThaw(warm_up="push")):
+        trace = simulate(method, problem, 0, budget=40, workers=4)
+        depth[method.policy.warm_up] = [t["epochs"] for t in trace.trials]
+        first[method.policy.warm_up] = [float(problem.error[t["setting"], 0]) for t in trace.trials]
+    assert min(depth["screen"][:2]) > 1 and max(depth["screen"][2:]) == 1
+    assert min(first["screen"][:2]) > max(first["screen"][2:4])  # here the worst two of four
+    assert min(depth["push"][:4]) > 1 and len(depth["push"]) == 4
+
+
 def test_final_error_samples_are_the_models_predictive_and_change_no_decision() -> None:
     X, Y = state()
     paused = ~Y[:, -1].isfinite()
