@@ -46,7 +46,9 @@ convergence, a candidate), ``gpar_freeze_thaw_log_draws`` (hyperparameter draws 
 ``draw_scales="log"``, a candidate), ``gpar_freeze_thaw_pending_finals`` (runs scored against
 the incumbent the runs being trained to the end will leave, ``pending_finals=True``, a
 candidate), ``gpar_freeze_thaw_warm_up_pushes`` (a warm-up that pushes a screened run on
-every freed worker instead of screening random settings, ``warm_up="push"``, a candidate), the
+every freed worker instead of screening random settings, ``warm_up="push"``, a candidate),
+``gpar_freeze_thaw_warm_up_halving`` (a warm-up decided by asynchronous successive halving,
+the policy's rule without a model, ``warm_up="halving"``, a candidate), the
 harness's baselines (ASHA, one-epoch screening, random search, Optuna's TPE with its Hyperband pruner) and Syne Tune 0.13.0's BOHB, Hyper-Tune, MOBSTER and DyHPO
 through ``benchmarks.syne_tune.methods.run_syne_tune`` (its own virtualenv, see
 ``benchmarks/syne_tune/setup_venv.sh``). The budget is 50 full runs' worth of epochs
@@ -94,7 +96,7 @@ from benchmarks.bo.freeze_thaw import (
     GPARFreezeThawMeasured, GPARFreezeThawMeasuredInitialStarts, GPARFreezeThawMeasuredStaged, GPARFreezeThawNoHorizon,
     GPARFreezeThawOutputRefits, GPARFreezeThawPoint, GPARFreezeThawPrevious, GPARFreezeThawRandomResumes,
     GPARFreezeThawConverged, GPARFreezeThawLogDraws, GPARFreezeThawPendingFinals,
-    GPARFreezeThawScreened, GPARFreezeThawWarmUpPushes,
+    GPARFreezeThawScreened, GPARFreezeThawWarmUpHalving, GPARFreezeThawWarmUpPushes,
 )
 from benchmarks.bo.harness import TabularProblem, simulate
 from benchmarks.bo.problems import FUNNEL_CSV, MNIST_STUDY_CSV, funnel_table, mnist_table, synthetic_problem
@@ -116,7 +118,8 @@ HARNESS_METHODS: dict[str, Callable] = {
     GPARFreezeThawConverged.name: GPARFreezeThawConverged,
     GPARFreezeThawLogDraws.name: GPARFreezeThawLogDraws,
     GPARFreezeThawPendingFinals.name: GPARFreezeThawPendingFinals,
-    GPARFreezeThawWarmUpPushes.name: GPARFreezeThawWarmUpPushes, **BASELINES
+    GPARFreezeThawWarmUpPushes.name: GPARFreezeThawWarmUpPushes,
+    GPARFreezeThawWarmUpHalving.name: GPARFreezeThawWarmUpHalving, **BASELINES
 }
 #: Variants of the policy (candidates, and the earlier default): run only when named in
 #: ``--methods``.
@@ -126,7 +129,7 @@ CANDIDATES = (GPARFreezeThawMeasured.name, GPARFreezeThawMeasuredStaged.name,
               GPARFreezeThawInitialStarts.name, GPARFreezeThawMeasuredInitialStarts.name,
               GPARFreezeThawLatentPaths.name, GPARFreezeThawRandomResumes.name,
               GPARFreezeThawConverged.name, GPARFreezeThawLogDraws.name, GPARFreezeThawPendingFinals.name,
-              GPARFreezeThawWarmUpPushes.name)
+              GPARFreezeThawWarmUpPushes.name, GPARFreezeThawWarmUpHalving.name)
 #: Syne Tune's schedulers by the names used here (its class names as values).
 SYNE_TUNE_METHODS = {
     "syne_bohb": "BOHB",

@@ -22,7 +22,7 @@ __all__ = [
     "GPARFreezeThawMeasuredInitialStarts", "GPARFreezeThawMeasuredStaged", "GPARFreezeThawNoHorizon",
     "GPARFreezeThawOutputRefits", "GPARFreezeThawPendingFinals", "GPARFreezeThawPoint", "GPARFreezeThawPrevious",
     "GPARFreezeThawRandomResumes",
-    "GPARFreezeThawScreened", "GPARFreezeThawWarmUpPushes",
+    "GPARFreezeThawScreened", "GPARFreezeThawWarmUpHalving", "GPARFreezeThawWarmUpPushes",
 ]
 
 
@@ -265,6 +265,18 @@ class GPARFreezeThawWarmUpPushes(GPARFreezeThaw):
 
     def __init__(self, **policy_options) -> None:
         super().__init__(**{"warm_up": "push", **policy_options})
+
+
+class GPARFreezeThawWarmUpHalving(GPARFreezeThaw):
+    """A candidate: the default whose warm-up decides by asynchronous successive halving,
+    ``FreezeThawPolicy(warm_up="halving")``, the rule the policy follows whenever it has no
+    model: a run is pushed on when it stands in the top third of the values recorded so far
+    at its checkpoint, and screening goes on while no paused run does. Not the default."""
+
+    name = "gpar_freeze_thaw_warm_up_halving"
+
+    def __init__(self, **policy_options) -> None:
+        super().__init__(**{"warm_up": "halving", **policy_options})
 
 
 class GPARFreezeThawMeasuredInitialStarts(GPARFreezeThawInitialStarts):

@@ -34,7 +34,11 @@ settings; with fewer workers, the best of those screened so far. ``warm_up="push
 candidate) lets every worker freed in the warm-up push a screened run instead, and start a
 new setting only when none is paused: no choice before the first fit is the model's, the
 screens are mostly never continued, and the model and the incumbent need runs at the final
-checkpoint.
+checkpoint. ``warm_up="halving"`` (a candidate) decides every warm-up step after the screens
+as the policy decides whenever it has no model, by asynchronous successive halving (below):
+a run is pushed on when it stands in the top ``1/eta`` of the values recorded so far at its
+checkpoint (the first to report stands alone, so it is pushed, as in the default), and new
+settings are screened whenever no paused run does.
 
 **Random resumes** (a candidate, off by default). GPAR's conditionals learn from the runs
 that were continued, and the index, the warm-up and the guard below all continue runs for
@@ -134,7 +138,8 @@ class FreezeThawPolicy:
             and starts random settings at the first checkpoint on the other workers;
             "push" (a candidate) pushes a screened run on every freed worker (the
             deepest paused run first, then the best at its last checkpoint) and starts a
-            random setting only when no run is paused.
+            random setting only when no run is paused; "halving" (a candidate) decides
+            by asynchronous successive halving, the policy's rule without a model.
         refit_growth: Re-optimise GPAR's hyperparameters when the number of
             observed values grew by more than this fraction since the last fit;
             in between, reload them (decisions stay cheap as data accumulate).
@@ -195,7 +200,7 @@ class FreezeThawPolicy:
         model_free_fraction: float = 0.1,
         random_resume_fraction: float = 0.0,
         eta: float = 3.0,
-        warm_up: Literal["screen", "push"] = "screen",
+        warm_up: Literal["screen", "push", "halving"] = "screen",
         refit_growth: float = 0.2,
         staged_refits: bool = True,
         refit_trigger: Literal["total", "output"] = "total",
@@ -231,8 +236,8 @@ class FreezeThawPolicy:
             )
         if eta <= 1:
             raise ValueError(f"eta must be > 1; got {eta}.")
-        if warm_up not in ("screen", "push"):
-            raise ValueError(f"warm_up must be 'screen' or 'push'; got {warm_up!r}.")
+        if warm_up not in ("screen", "push", "halving"):
+            raise ValueError(f"warm_up must be 'screen', 'push' or 'halving'; got {warm_up!r}.")
         if paused_scoring not in ("lazy", "screen"):
             raise ValueError(f"paused_scoring must be 'lazy' or 'screen'; got {paused_scoring!r}.")
         if refit_trigger not in ("total", "output"):
@@ -649,10 +654,13 @@ class FreezeThawPolicy:
         candidates: Tensor | None, bounds: Tensor | None,
     ) -> Decision:
         """Start ``num_initial`` settings; push two runs (``warm_up="push"``: a run on every
-        freed worker), each the best paused one when its push begins, to the final checkpoint."""
+        freed worker), each the best paused one when its push begins, to the final checkpoint
+        (``warm_up="halving"``: decide by successive halving instead)."""
         out_of_candidates = candidates is not None and len(candidates) == 0
         if X.shape[0] < self.num_initial and not out_of_candidates:
             return self._random_new(candidates, bounds, "warm-up")
+        if self.warm_up == "halving":
+            return self._successive_halving(Y, paused, observed, candidates, bounds, "warm-up")
         # Runs that were resumed are being pushed (or were): paused past the first
         # checkpoint, or running with data (every run pauses when it reports). Push two.
         running = ~paused & (observed > 0) & (observed < len(self.epochs))

@@ -467,6 +467,30 @@ def test_a_pushing_warm_up_continues_screened_runs_where_the_default_screens() -
     assert (decision.action, decision.reason) == ("start", "warm-up")
 
 
+def test_a_halving_warm_up_pushes_runs_in_the_top_third_of_their_checkpoint() -> None:
+    candidates = torch.rand(10, 1, dtype=torch.double)
+    X = torch.tensor([[0.1], [0.2], [0.3], [0.4]], dtype=torch.double)
+    nan = math.nan
+    # Runs 0 and 1 are being pushed; 2 and 3 wait at the first checkpoint, both below the
+    # top third (2 of the 4 values recorded there).
+    Y = torch.tensor([[0.5, 0.4, nan], [0.2, nan, nan], [0.6, nan, nan], [0.7, nan, nan]]).double()
+    paused = torch.tensor([False, False, True, True])
+    decide = {w: FreezeThawPolicy(EPOCHS, num_initial=3, warm_up=w, **FAST).decide(X, Y, paused, candidates)
+              for w in ("screen", "push", "halving")}
+    assert (decide["halving"].action, decide["halving"].reason) == ("start", "warm-up")
+    assert (decide["push"].action, decide["push"].index) == ("resume", 2)
+    # Run 2 now leads the first checkpoint: halving pushes it, the default (two pushed) screens.
+    Y[2, 0] = 0.1
+    decide = {w: FreezeThawPolicy(EPOCHS, num_initial=3, warm_up=w, **FAST).decide(X, Y, paused, candidates)
+              for w in ("screen", "halving")}
+    assert (decide["halving"].action, decide["halving"].index, decide["halving"].reason) == ("resume", 2, "warm-up")
+    assert decide["screen"].action == "start"
+    # The deeper run first: run 0 paused at the second checkpoint, alone there.
+    deeper = torch.tensor([True, False, True, True])
+    decision = FreezeThawPolicy(EPOCHS, num_initial=3, warm_up="halving", **FAST).decide(X, Y, deeper, candidates)
+    assert (decision.action, decision.index) == ("resume", 0)
+
+
 def test_with_as_many_workers_as_screens_the_warm_up_pushes_the_first_runs_to_report() -> None:
     # What the docs say of the harness's 4 workers: the default pushes runs 0 and 1 (the
     # first to report, whatever their errors), the candidate all four; no fit (warm-up only).
@@ -658,7 +682,10 @@ def test_only_the_default_and_candidates_on_it_are_told_the_budget() -> None:
     assert told == [GPARFreezeThaw, adapters.GPARFreezeThawConverged, adapters.GPARFreezeThawInitialStarts, adapters.GPARFreezeThawLatentPaths,
                     adapters.GPARFreezeThawLogDraws, adapters.GPARFreezeThawMeasuredInitialStarts, adapters.GPARFreezeThawOutputRefits,
                     adapters.GPARFreezeThawPendingFinals, adapters.GPARFreezeThawRandomResumes, adapters.GPARFreezeThawScreened,
-                    adapters.GPARFreezeThawWarmUpPushes]
+                    adapters.GPARFreezeThawWarmUpHalving, adapters.GPARFreezeThawWarmUpPushes]
+    method = adapters.GPARFreezeThawWarmUpHalving()
+    method.reset(synthetic_problem(n=10, seed=0), seed=0)
+    assert method.policy.warm_up == "halving"
     method = adapters.GPARFreezeThawWarmUpPushes()
     method.reset(synthetic_problem(n=10, seed=0), seed=0)
     assert method.policy.warm_up == "push" and FreezeThawPolicy(EPOCHS).warm_up == "screen"
