@@ -270,8 +270,9 @@ class GPARFreezeThawWarmUpPushes(GPARFreezeThaw):
 class GPARFreezeThawWarmUpHalving(GPARFreezeThaw):
     """A candidate: the default whose warm-up decides by asynchronous successive halving,
     ``FreezeThawPolicy(warm_up="halving")``, the rule the policy follows whenever it has no
-    model: a run is pushed on when it stands in the top third of the values recorded so far
-    at its checkpoint, and screening goes on while no paused run does. Not the default."""
+    model: a run is pushed on when it stands in the top ``1/eta`` (a third) of the values
+    recorded so far at its checkpoint, and screening goes on while no paused run does. Not
+    the default."""
 
     name = "gpar_freeze_thaw_warm_up_halving"
 

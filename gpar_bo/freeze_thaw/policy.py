@@ -35,10 +35,13 @@ candidate) lets every worker freed in the warm-up push a screened run instead, a
 new setting only when none is paused: no choice before the first fit is the model's, the
 screens are mostly never continued, and the model and the incumbent need runs at the final
 checkpoint. ``warm_up="halving"`` (a candidate) decides every warm-up step after the screens
-as the policy decides whenever it has no model, by asynchronous successive halving (below):
-a run is pushed on when it stands in the top ``1/eta`` of the values recorded so far at its
-checkpoint (the first to report stands alone, so it is pushed, as in the default), and new
-settings are screened whenever no paused run does.
+as the policy decides whenever it has no model, by asynchronous successive halving (below),
+told the budget as after the warm-up (only runs that can still finish): the deepest paused
+run that stands in the top ``1/eta`` of the values recorded so far at its checkpoint is
+pushed on, and a new setting is screened when none does (when no new setting is left or
+none could finish, the deepest paused run is resumed). With at least ``num_initial`` workers the first run to
+report stands alone at the first checkpoint, so it is pushed, as in the default; unlike the
+default, others follow only by standing in the top ``1/eta`` at each checkpoint.
 
 **Random resumes** (a candidate, off by default). GPAR's conditionals learn from the runs
 that were continued, and the index, the warm-up and the guard below all continue runs for
@@ -139,7 +142,8 @@ class FreezeThawPolicy:
             "push" (a candidate) pushes a screened run on every freed worker (the
             deepest paused run first, then the best at its last checkpoint) and starts a
             random setting only when no run is paused; "halving" (a candidate) decides
-            by asynchronous successive halving, the policy's rule without a model.
+            by asynchronous successive halving among the runs that can still finish
+            within ``epochs_left``, the policy's rule without a model.
         refit_growth: Re-optimise GPAR's hyperparameters when the number of
             observed values grew by more than this fraction since the last fit;
             in between, reload them (decisions stay cheap as data accumulate).
@@ -319,17 +323,17 @@ class FreezeThawPolicy:
         observed = (~Y.isnan()).sum(-1)
         M = len(self.epochs)
         finished = observed == M
-        if int(finished.sum()) < 2:
-            return self._warm_up(X, Y, paused, observed, candidates, bounds)
         resumable, may_start = paused, True
         if epochs_left is not None:  # only runs that can still finish are worth an epoch
             trained = torch.cat([self.epochs.new_zeros(1), self.epochs]).to(observed.device)[observed]
             resumable = paused & (float(self.epochs[-1]) - trained <= epochs_left)
             may_start = float(self.epochs[-1]) <= epochs_left
-            if not (may_start or resumable.any()):  # no choice can change the result
-                return self._successive_halving(
-                    Y, paused, observed, candidates, bounds,
-                    "model-free: no run can finish within the budget")
+        if int(finished.sum()) < 2:
+            return self._warm_up(X, Y, paused, observed, candidates, bounds, resumable, may_start)
+        if not (may_start or resumable.any()):  # no choice can change the result
+            return self._successive_halving(
+                Y, paused, observed, candidates, bounds,
+                "model-free: no run can finish within the budget")
         # One draw picks the rule; the random resumes' band follows the guard's, so that a
         # share of 0 leaves every decision and the random stream as they were without it.
         draw = float(torch.rand(1, generator=self.generator))
@@ -651,16 +655,20 @@ class FreezeThawPolicy:
 
     def _warm_up(
         self, X: Tensor, Y: Tensor, paused: Tensor, observed: Tensor,
-        candidates: Tensor | None, bounds: Tensor | None,
+        candidates: Tensor | None, bounds: Tensor | None, resumable: Tensor, may_start: bool,
     ) -> Decision:
         """Start ``num_initial`` settings; push two runs (``warm_up="push"``: a run on every
         freed worker), each the best paused one when its push begins, to the final checkpoint
-        (``warm_up="halving"``: decide by successive halving instead)."""
+        (``warm_up="halving"``: decide by successive halving instead, among the ``resumable``
+        runs and, if ``may_start``, new settings: those that can still finish, as after the
+        warm-up)."""
         out_of_candidates = candidates is not None and len(candidates) == 0
         if X.shape[0] < self.num_initial and not out_of_candidates:
             return self._random_new(candidates, bounds, "warm-up")
         if self.warm_up == "halving":
-            return self._successive_halving(Y, paused, observed, candidates, bounds, "warm-up")
+            if not (may_start or resumable.any()):  # no choice can change the result
+                resumable, may_start = paused, True
+            return self._successive_halving(Y, resumable, observed, candidates, bounds, "warm-up", may_start)
         # Runs that were resumed are being pushed (or were): paused past the first
         # checkpoint, or running with data (every run pauses when it reports). Push two.
         running = ~paused & (observed > 0) & (observed < len(self.epochs))

@@ -485,10 +485,36 @@ def test_a_halving_warm_up_pushes_runs_in_the_top_third_of_their_checkpoint() ->
               for w in ("screen", "halving")}
     assert (decide["halving"].action, decide["halving"].index, decide["halving"].reason) == ("resume", 2, "warm-up")
     assert decide["screen"].action == "start"
-    # The deeper run first: run 0 paused at the second checkpoint, alone there.
+    # A run paused deeper but outside the top third there is passed over; the default pushes it on.
+    Y[0, 1], Y[1, 1] = 0.9, 0.1
     deeper = torch.tensor([True, False, True, True])
-    decision = FreezeThawPolicy(EPOCHS, num_initial=3, warm_up="halving", **FAST).decide(X, Y, deeper, candidates)
-    assert (decision.action, decision.index) == ("resume", 0)
+    decide = {w: FreezeThawPolicy(EPOCHS, num_initial=3, warm_up=w, **FAST).decide(X, Y, deeper, candidates)
+              for w in ("screen", "halving")}
+    assert (decide["halving"].action, decide["halving"].index) == ("resume", 2)
+    assert (decide["screen"].action, decide["screen"].index) == ("resume", 0)
+    # The first run to report stands alone at its checkpoint: it is pushed.
+    first = torch.full((4, 3), math.nan, dtype=torch.double)
+    first[2, 0] = 0.9
+    decision = FreezeThawPolicy(EPOCHS, num_initial=3, warm_up="halving", **FAST).decide(
+        X, first, torch.tensor([False, False, True, False]), candidates)
+    assert (decision.action, decision.index) == ("resume", 2)
+
+
+def test_a_halving_warm_up_is_told_the_budget_as_the_policy_is_after_it() -> None:
+    candidates = torch.rand(10, 1, dtype=torch.double)
+    X = torch.rand(5, 1, dtype=torch.double)
+    nan = math.nan
+    # Run 0 (paused at the second checkpoint) is outside the top third there, runs 2 and 3
+    # (paused at the first) outside it there: halving screens a new setting...
+    Y = torch.tensor([[0.5, 0.9, nan], [0.2, 0.1, nan], [0.6, nan, nan], [0.7, nan, nan],
+                      [0.3, nan, nan]]).double()
+    paused = torch.tensor([True, False, True, True, False])
+    policy = FreezeThawPolicy(EPOCHS, num_initial=3, warm_up="halving", **FAST)
+    assert policy.decide(X, Y, paused, candidates).action == "start"
+    # ...unless only 2.5 epochs are left per worker: then only run 0 can still finish.
+    decision = FreezeThawPolicy(EPOCHS, num_initial=3, warm_up="halving", **FAST).decide(
+        X, Y, paused, candidates, epochs_left=2.5)
+    assert (decision.action, decision.index, decision.reason) == ("resume", 0, "warm-up")
 
 
 def test_with_as_many_workers_as_screens_the_warm_up_pushes_the_first_runs_to_report() -> None:
