@@ -39,9 +39,10 @@ as the policy decides whenever it has no model, by asynchronous successive halvi
 told the budget as after the warm-up (only runs that can still finish): the deepest paused
 run that stands in the top ``1/eta`` of the values recorded so far at its checkpoint is
 pushed on, and a new setting is screened when none does (when no new setting is left or
-none could finish, the deepest paused run is resumed). With at least ``num_initial`` workers the first run to
-report stands alone at the first checkpoint, so it is pushed, as in the default; unlike the
-default, others follow only by standing in the top ``1/eta`` at each checkpoint.
+none could finish, the deepest paused run is resumed). With at least ``num_initial``
+workers the first run to report stands alone at the first checkpoint, so it is pushed, as
+in the default; unlike the default, others follow only by standing in the top ``1/eta`` at
+each checkpoint.
 
 **Random resumes** (a candidate, off by default). GPAR's conditionals learn from the runs
 that were continued, and the index, the warm-up and the guard below all continue runs for
